@@ -1,0 +1,21 @@
+"""chunktree: decide which chunks of a corpus an LLM pipeline sees, and in what order."""
+
+from chunktree.engine.cache import EmbeddingCache
+from chunktree.engine.chunking import Chunk, chunk_documents
+from chunktree.engine.documents import Document, DocumentError, read_paths, sample_documents
+from chunktree.engine.embedding import EmbedStats, embed_texts
+from chunktree.models.embedder import Embedder
+
+__all__ = [
+    "Chunk",
+    "Document",
+    "DocumentError",
+    "EmbedStats",
+    "Embedder",
+    "EmbeddingCache",
+    "chunk_documents",
+    "embed_texts",
+    "read_paths",
+    "sample_documents",
+]
+__version__ = "0.1.0"

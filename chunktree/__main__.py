@@ -1,0 +1,5 @@
+import sys
+
+from chunktree.engine.cli import main
+
+sys.exit(main())

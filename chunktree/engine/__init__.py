@@ -1,0 +1,1 @@
+"""The orchestration layer: documents, chunking, the embedding cache, the CLI."""

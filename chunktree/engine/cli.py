@@ -1,0 +1,121 @@
+"""The ``chunktree`` command line. The only module that prints."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from chunktree.engine.chunking import DEFAULT_CHUNK_TOKENS, DEFAULT_OVERLAP_TOKENS, chunk_documents
+from chunktree.engine.documents import DocumentError, read_paths, sample_documents
+from chunktree.models.registry import DEFAULT_MODEL, ModelNotInstalledError
+
+
+def _add_corpus_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("paths", nargs="*", metavar="PATH",
+                   help="files or folders (.txt .md .pdf .html .jsonl)")
+    p.add_argument("--sample", action="store_true",
+                   help="use the built-in sample corpus (Moby-Dick, public domain)")
+    p.add_argument("--chunk-tokens", type=int, default=DEFAULT_CHUNK_TOKENS,
+                   help="tokens per chunk, special tokens included (default %(default)s)")
+    p.add_argument("--overlap", type=int, default=DEFAULT_OVERLAP_TOKENS,
+                   help="tokens shared by consecutive chunks (default %(default)s)")
+    p.add_argument("--model", default=DEFAULT_MODEL.name,
+                   help="model name or an .onnx file from 'chunktree export' (default %(default)s)")
+    p.add_argument("--threads", type=int, default=None, help="onnxruntime threads (default: all cores)")
+    p.add_argument("--batch-size", type=int, default=32, help="texts per forward pass (default %(default)s)")
+    cache = p.add_mutually_exclusive_group()
+    cache.add_argument("--cache", type=Path, default=None,
+                       help="embedding cache file (default: embeddings.sqlite in the user cache dir)")
+    cache.add_argument("--no-cache", action="store_true", help="do not read or write the embedding cache")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="chunktree", description="Decide which chunks an LLM sees, and in what order.")
+    parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("embed", help="chunk files and embed the chunks",
+                       description="Chunk the inputs, embed every chunk and write OUT.npy (float32, one row "
+                                   "per chunk) and OUT.jsonl (the chunks' text and provenance, same order).")
+    _add_corpus_args(p)
+    p.add_argument("-o", "--output", type=Path, required=True, metavar="OUT.npy", help="where to write the vectors")
+    p.set_defaults(func=cmd_embed)
+
+    p = sub.add_parser("export", help="convert a local BERT-family model to ONNX (needs chunktree[export])",
+                       description="Convert a sentence-transformers / Hugging Face BERT-family model folder to a "
+                                   "self-describing ONNX file usable as --model, checked against the original.")
+    p.add_argument("model_dir", type=Path, metavar="MODEL_DIR")
+    p.add_argument("-o", "--output", type=Path, required=True, metavar="OUT.onnx")
+    p.add_argument("--window", type=int, default=None,
+                   help="tokens per window (default: the model's max_seq_length)")
+    p.set_defaults(func=cmd_export)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    try:
+        return int(args.func(args) or 0)
+    except (DocumentError, ModelNotInstalledError, ValueError, TypeError) as exc:
+        print(f"chunktree {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def _load_chunks(args: argparse.Namespace) -> tuple[Any, list[Any], float]:
+    """Read the corpus, load the embedder, chunk. Returns (embedder, chunks, chunk seconds)."""
+    from chunktree.models.embedder import Embedder
+
+    if args.sample == bool(args.paths):
+        raise ValueError("give input PATHs or --sample (one of the two)")
+    embedder = Embedder(args.model, threads=args.threads, batch_size=args.batch_size)
+    t0 = time.perf_counter()
+    docs = sample_documents() if args.sample else read_paths(args.paths)
+    chunks = chunk_documents(docs, embedder.tokenizer, chunk_tokens=args.chunk_tokens, overlap_tokens=args.overlap)
+    return embedder, chunks, time.perf_counter() - t0
+
+
+def _open_cache(args: argparse.Namespace) -> Any:
+    from chunktree.engine.cache import EmbeddingCache
+
+    return None if args.no_cache else EmbeddingCache(args.cache)
+
+
+def cmd_embed(args: argparse.Namespace) -> int:
+    import numpy as np
+
+    from chunktree.engine.embedding import embed_texts
+
+    embedder, chunks, chunk_s = _load_chunks(args)
+    cache = _open_cache(args)
+    vectors, stats = embed_texts([c.text for c in chunks], embedder, cache, progress=sys.stderr.isatty())
+    out = args.output if args.output.suffix == ".npy" else args.output.with_suffix(args.output.suffix + ".npy")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    np.save(out, vectors)
+    meta = out.with_suffix(".jsonl")
+    with meta.open("w", encoding="utf-8") as f:
+        for c in chunks:
+            f.write(json.dumps(c.to_dict(), ensure_ascii=False) + "\n")
+    sources = len({c.source for c in chunks})
+    print(f"{len(chunks)} chunks from {sources} source(s), model {embedder.model_id} ({embedder.dim} dims)")
+    print(f"chunk {chunk_s:.2f} s | embed {stats.seconds:.2f} s "
+          f"({stats.embedded} embedded, {stats.cache_hits} from cache"
+          f"{'' if cache is None else ' ' + str(cache.path)})")
+    print(f"wrote {out} ({vectors.shape[0]} x {vectors.shape[1]} float32) and {meta}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    from chunktree.models.export import export_model
+
+    report = export_model(args.model_dir, args.output, window=args.window)
+    print(f"wrote {args.output}: model id {report.model_id}, window {report.window}, dim {report.dim}")
+    print(f"agreement with the original on {report.texts} texts: min cosine {report.min_cosine:.7f}")
+    return 0

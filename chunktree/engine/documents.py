@@ -1,0 +1,262 @@
+"""Read files into documents: plain text plus where its pages and headings start.
+
+Supported inputs: ``.txt``, ``.md``/``.markdown``, ``.pdf`` (pypdf), ``.html``/``.htm`` and
+``.jsonl`` (one document per line: ``text``, optional ``id``, any other keys kept as metadata),
+given as files or folders (searched recursively, in sorted order). Every problem — an empty,
+binary, undecodable or unreadable file, a bad JSONL line — raises ``DocumentError`` naming the file.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import logging
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+from html.parser import HTMLParser
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+TEXT_SUFFIXES = {".txt": "text", ".md": "markdown", ".markdown": "markdown", ".pdf": "pdf",
+                 ".html": "html", ".htm": "html", ".jsonl": "jsonl"}
+SAMPLE_SOURCE = "sample:moby-dick"
+
+
+class DocumentError(ValueError):
+    """An input file cannot be read as a document."""
+
+
+@dataclass(frozen=True)
+class Document:
+    """The text of one source, with the offsets needed for provenance.
+
+    Attributes
+    ----------
+    source : path or URI of the source; ``path#id`` for one line of a JSONL file.
+    text : the document text that chunk offsets index into.
+    kind : ``"text"`` or ``"markdown"`` (decides the splitter).
+    page_starts : for PDFs, the character offset where each page starts (page 1 first).
+    headings : (offset, heading) pairs in text order.
+    meta : extra fields of a JSONL record.
+    """
+
+    source: str
+    text: str
+    kind: str = "text"
+    page_starts: tuple[int, ...] = ()
+    headings: tuple[tuple[int, str], ...] = ()
+    meta: dict[str, Any] = field(default_factory=dict)
+
+
+def read_paths(paths: Iterable[str | Path]) -> list[Document]:
+    """Read every supported file under ``paths`` into documents."""
+    docs: list[Document] = []
+    for path in _expand(paths):
+        docs.extend(read_file(path))
+    return docs
+
+
+def _expand(paths: Iterable[str | Path]) -> Iterator[Path]:
+    any_path = False
+    for raw in paths:
+        any_path = True
+        path = Path(raw)
+        if path.is_dir():
+            files = sorted(p for p in path.rglob("*") if p.is_file())
+            supported = [p for p in files if p.suffix.lower() in TEXT_SUFFIXES]
+            skipped = len(files) - len(supported)
+            if skipped:
+                log.warning("%s: skipped %d file(s) whose type is not one of %s", path, skipped,
+                            sorted(TEXT_SUFFIXES))
+            if not supported:
+                raise DocumentError(f"{path}: folder holds no supported file ({sorted(TEXT_SUFFIXES)})")
+            yield from supported
+        elif path.is_file():
+            yield path
+        else:
+            raise DocumentError(f"{path}: no such file or folder")
+    if not any_path:
+        raise DocumentError("no input paths given")
+
+
+def read_file(path: str | Path) -> list[Document]:
+    """Read one file; a JSONL file gives one document per line."""
+    path = Path(path)
+    kind = TEXT_SUFFIXES.get(path.suffix.lower())
+    if kind is None:
+        raise DocumentError(f"{path}: unsupported file type {path.suffix!r}; supported: {sorted(TEXT_SUFFIXES)}")
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise DocumentError(f"{path}: cannot be read ({exc.strerror or exc})") from exc
+    if not data.strip():
+        raise DocumentError(f"{path}: file is empty")
+    if kind == "pdf":
+        return [_read_pdf(path, data)]
+    text = _decode(path, data)
+    if kind == "jsonl":
+        return _read_jsonl(str(path), text.splitlines())
+    if kind == "html":
+        return [_read_html(path, text)]
+    return [_text_document(str(path), text, kind)]
+
+
+def _decode(path: Path, data: bytes) -> str:
+    if b"\x00" in data:
+        raise DocumentError(f"{path}: looks binary (contains NUL bytes); expected UTF-8 text")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        raise DocumentError(
+            f"{path}: not valid UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
+            "convert it to UTF-8 first"
+        ) from None
+
+
+def _text_document(source: str, text: str, kind: str, meta: dict[str, Any] | None = None,
+                   headings: tuple[tuple[int, str], ...] = ()) -> Document:
+    if not text.strip():
+        raise DocumentError(f"{source}: holds no text")
+    if kind == "markdown":
+        headings = _markdown_headings(text)
+    return Document(source, text, kind, headings=headings, meta=meta or {})
+
+
+_ATX_HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.+?)[ \t#]*$")
+_FENCE = re.compile(r"^ {0,3}(```|~~~)")
+
+
+def _markdown_headings(text: str) -> tuple[tuple[int, str], ...]:
+    """ATX headings (``# Title``) outside fenced code blocks, with their character offsets."""
+    headings = []
+    offset = 0
+    in_fence = False
+    for line in text.splitlines(keepends=True):
+        if _FENCE.match(line):
+            in_fence = not in_fence
+        elif not in_fence:
+            m = _ATX_HEADING.match(line.rstrip("\r\n"))
+            if m:
+                headings.append((offset, m.group(2).strip()))
+        offset += len(line)
+    return tuple(headings)
+
+
+def _read_jsonl(source: str, lines: list[str]) -> list[Document]:
+    docs = []
+    seen: set[str] = set()
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        where = f"{source}:{lineno}"
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise DocumentError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})") from None
+        if not isinstance(record, dict):
+            raise DocumentError(f"{where}: each line must be a JSON object; got {type(record).__name__}")
+        text = record.pop("text", None)
+        if not isinstance(text, str):
+            raise DocumentError(f"{where}: field 'text' must be a string; got {type(text).__name__}")
+        doc_id = str(record.pop("id", lineno))
+        if doc_id in seen:
+            raise DocumentError(f"{where}: duplicate id {doc_id!r}")
+        seen.add(doc_id)
+        title = record.get("title")
+        # A record's title heads the whole record.
+        headings = ((0, title.strip()),) if isinstance(title, str) and title.strip() else ()
+        docs.append(_text_document(f"{source}#{doc_id}", text, "text", meta=record, headings=headings))
+    if not docs:
+        raise DocumentError(f"{source}: holds no JSON lines")
+    return docs
+
+
+def _read_pdf(path: Path, data: bytes) -> Document:
+    import io
+
+    from pypdf import PdfReader
+    from pypdf.errors import PyPdfError
+
+    try:
+        reader = PdfReader(io.BytesIO(data))
+        pages = [page.extract_text() or "" for page in reader.pages]
+    except (PyPdfError, ValueError, KeyError, TypeError) as exc:
+        raise DocumentError(f"{path}: not a readable PDF ({exc})") from None
+    parts, starts, offset = [], [], 0
+    for page_text in pages:
+        starts.append(offset)
+        parts.append(page_text)
+        offset += len(page_text) + 2
+    text = "\n\n".join(parts)
+    if not text.strip():
+        raise DocumentError(f"{path}: PDF has no extractable text (scanned images need OCR first)")
+    return Document(str(path), text, "text", page_starts=tuple(starts))
+
+
+class _HTMLText(HTMLParser):
+    """Visible text of an HTML page; block elements become line breaks, h1–h6 become headings."""
+
+    _SKIP = {"script", "style", "noscript", "template", "head"}
+    _BLOCK = {"p", "div", "br", "li", "ul", "ol", "tr", "table", "section", "article", "header",
+              "footer", "blockquote", "pre", "h1", "h2", "h3", "h4", "h5", "h6", "title", "hr"}
+    _HEADING = {"h1", "h2", "h3", "h4", "h5", "h6"}
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+        self.length = 0
+        self.headings: list[tuple[int, str]] = []
+        self._skip_depth = 0
+        self._heading: tuple[int, list[str]] | None = None
+
+    def _emit(self, s: str) -> None:
+        self.parts.append(s)
+        self.length += len(s)
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag in self._SKIP:
+            self._skip_depth += 1
+        elif tag in self._BLOCK:
+            self._emit("\n")
+            if tag in self._HEADING:
+                self._heading = (self.length, [])
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag in self._SKIP:
+            self._skip_depth = max(0, self._skip_depth - 1)
+        elif tag in self._BLOCK:
+            if tag in self._HEADING and self._heading is not None:
+                title = " ".join("".join(self._heading[1]).split())
+                if title:
+                    self.headings.append((self._heading[0], title))
+                self._heading = None
+            self._emit("\n")
+
+    def handle_data(self, data: str) -> None:
+        if self._skip_depth:
+            return
+        self._emit(data)
+        if self._heading is not None:
+            self._heading[1].append(data)
+
+
+def _read_html(path: Path, html: str) -> Document:
+    parser = _HTMLText()
+    parser.feed(html)
+    parser.close()
+    text = "".join(parser.parts)
+    if not text.strip():
+        raise DocumentError(f"{path}: HTML page has no visible text")
+    return Document(str(path), text, "text", headings=tuple(parser.headings))
+
+
+def sample_documents() -> list[Document]:
+    """The built-in sample corpus: Moby-Dick by Herman Melville, one document per chapter
+    (public domain; the dataset's licence, PDDL/CC0, ships beside it as MOBY_DICK_LICENSE)."""
+    ref = resources.files("chunktree") / "data" / "moby_dick.jsonl.gz"
+    with ref.open("rb") as raw, gzip.open(raw, "rt", encoding="utf-8") as f:
+        return _read_jsonl(SAMPLE_SOURCE, f.read().splitlines())

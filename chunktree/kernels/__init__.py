@@ -1,0 +1,1 @@
+"""Numba kernels: pure functions, arrays in, arrays out."""

@@ -1,0 +1,1 @@
+"""Embedders: model descriptions, ONNX graphs built from bundled weights, onnxruntime sessions, export."""
