@@ -53,6 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("-o", "--output", type=Path, required=True, metavar="OUT.onnx")
     p.add_argument("--window", type=int, default=None,
                    help="tokens per window (default: the model's max_seq_length)")
+    p.add_argument("--name", default=None, help="model name in the model id (default: the folder's name)")
     p.set_defaults(func=cmd_export)
     return parser
 
@@ -115,7 +116,7 @@ def cmd_embed(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from chunktree.models.export import export_model
 
-    report = export_model(args.model_dir, args.output, window=args.window)
+    report = export_model(args.model_dir, args.output, window=args.window, name=args.name)
     print(f"wrote {args.output}: model id {report.model_id}, window {report.window}, dim {report.dim}")
     print(f"agreement with the original on {report.texts} texts: min cosine {report.min_cosine:.7f}")
     return 0

@@ -1,0 +1,32 @@
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+
+
+def pytest_configure(config):
+    # Keep built models and the embedding cache of a test run out of the user's cache directory.
+    if "CHUNKTREE_CACHE_DIR" not in os.environ:
+        os.environ["CHUNKTREE_CACHE_DIR"] = tempfile.mkdtemp(prefix="chunktree-test-cache-")
+
+
+@pytest.fixture(scope="session")
+def embedder():
+    from chunktree import Embedder
+
+    return Embedder()
+
+
+@pytest.fixture(scope="session")
+def tokenizer(embedder):
+    return embedder.tokenizer
+
+
+@pytest.fixture(scope="session")
+def shared_data():
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"shared data not found at {SHARED_DATA}")
+    return SHARED_DATA

@@ -1,0 +1,63 @@
+"""The command line, run as a user runs it: a real subprocess."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+
+def run(*args, cwd=None):
+    return subprocess.run([sys.executable, "-m", "chunktree", *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=300)
+
+
+@pytest.fixture
+def corpus(tmp_path):
+    folder = tmp_path / "docs"
+    folder.mkdir()
+    (folder / "whales.md").write_text("# Whales\n\n" + "The sperm whale dives deep to hunt squid. " * 40,
+                                      encoding="utf-8")
+    (folder / "ships.txt").write_text("A whaling ship carried boats, harpoons and casks of oil. " * 5,
+                                      encoding="utf-8")
+    return folder
+
+
+def test_embed_writes_vectors_and_provenance(tmp_path, corpus, embedder):
+    out = tmp_path / "out" / "vecs.npy"
+    cache = tmp_path / "cache.sqlite"
+    r = run("embed", str(corpus), "-o", str(out), "--cache", str(cache), "--chunk-tokens", "64", "--overlap", "8")
+    assert r.returncode == 0, r.stderr
+    vectors = np.load(out)
+    rows = [json.loads(line) for line in out.with_suffix(".jsonl").read_text(encoding="utf-8").splitlines()]
+    assert vectors.shape == (len(rows), 384) and len(rows) > 5
+    sources = {row["source"] for row in rows}
+    assert sources == {str(corpus / "ships.txt"), str(corpus / "whales.md")}
+    for row in rows:
+        text = open(row["source"], encoding="utf-8").read()
+        assert text[row["start"]:row["end"]] == row["text"]
+    assert all(row["heading"] == "Whales" for row in rows if row["source"].endswith(".md"))
+    np.testing.assert_allclose(vectors, embedder.embed([row["text"] for row in rows]), atol=1e-5)
+    assert f"{len(rows)} chunks from 2 source(s)" in r.stdout
+    unique = len({row["text"] for row in rows})  # repeated texts are embedded once
+    assert unique < len(rows) and f"{unique} embedded, 0 from cache" in r.stdout
+    again = run("embed", str(corpus), "-o", str(out), "--cache", str(cache), "--chunk-tokens", "64", "--overlap", "8")
+    assert f"0 embedded, {len(rows)} from cache" in again.stdout
+
+
+@pytest.mark.parametrize("args, message", [
+    (["embed", "-o", "x.npy"], "give input PATHs or --sample"),
+    (["embed", "missing.txt", "-o", "x.npy"], "missing.txt: no such file or folder"),
+    (["embed", "--sample", "-o", "x.npy", "--chunk-tokens", "1"], "chunk_tokens must be an int > 2"),
+    (["embed", "--sample", "-o", "x.npy", "--model", "nope"], "model must be one of"),
+])
+def test_errors_are_one_clear_line(tmp_path, args, message):
+    r = run(*args, cwd=tmp_path)
+    assert r.returncode == 2
+    assert message in r.stderr and "Traceback" not in r.stderr
+
+
+def test_help_lists_commands():
+    r = run("--help")
+    assert r.returncode == 0 and "embed" in r.stdout and "export" in r.stdout

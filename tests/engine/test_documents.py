@@ -1,0 +1,111 @@
+"""Reading files into documents: every supported type, and a clear error for every bad input."""
+
+import json
+import logging
+
+import pytest
+
+from chunktree import DocumentError, read_paths, sample_documents
+from chunktree.engine.documents import read_file
+
+
+def test_text_and_markdown(tmp_path):
+    (tmp_path / "a.txt").write_text("Plain text.\nSecond line.", encoding="utf-8")
+    md = "Intro line.\n\n# Whales\nBig ones.\n\n```\n# not a heading\n```\n## Ships  ##\nWooden.\n"
+    (tmp_path / "b.md").write_text(md, encoding="utf-8")
+    a, b = read_paths([tmp_path])  # folder, sorted
+    assert a.source.endswith("a.txt") and a.text == "Plain text.\nSecond line." and a.kind == "text"
+    assert b.kind == "markdown"
+    assert b.headings == ((md.index("# Whales"), "Whales"), (md.index("## Ships"), "Ships"))
+
+
+def test_utf8_bom_is_dropped(tmp_path):
+    (tmp_path / "bom.txt").write_bytes("\ufeffhello".encode("utf-8"))
+    assert read_file(tmp_path / "bom.txt")[0].text == "hello"
+
+
+def test_html_visible_text_and_headings(tmp_path):
+    html = ("<html><head><title>T</title><style>p{}</style></head><body><h1>Moby &amp; Dick</h1>"
+            "<script>var x=1;</script><p>Call me <b>Ishmael</b>.</p><h2>Next</h2><p>More.</p></body></html>")
+    (tmp_path / "p.html").write_text(html, encoding="utf-8")
+    (doc,) = read_file(tmp_path / "p.html")
+    assert "Call me Ishmael." in doc.text and "var x" not in doc.text and "p{}" not in doc.text
+    assert [h for _, h in doc.headings] == ["Moby & Dick", "Next"]
+    for offset, heading in doc.headings:
+        assert doc.text[offset:offset + len(heading)] == heading
+
+
+def test_jsonl_records(tmp_path):
+    lines = [{"id": "x1", "text": "first doc", "lang": "en", "title": "One"}, {"text": "second doc"}]
+    (tmp_path / "d.jsonl").write_text("\n".join(json.dumps(r) for r in lines) + "\n\n", encoding="utf-8")
+    a, b = read_file(tmp_path / "d.jsonl")
+    assert a.source.endswith("d.jsonl#x1") and a.text == "first doc" and a.meta == {"lang": "en", "title": "One"}
+    assert a.headings == ((0, "One"),)
+    assert b.source.endswith("d.jsonl#2") and b.meta == {}
+
+
+def test_pdf_pages(tmp_path):
+    fpdf = pytest.importorskip("fpdf")
+    pdf = fpdf.FPDF()
+    pdf.set_font("helvetica", size=12)
+    for words in ("First page about whales.", "Second page about ships."):
+        pdf.add_page()
+        pdf.cell(text=words)
+    pdf.output(str(tmp_path / "two.pdf"))
+    (doc,) = read_file(tmp_path / "two.pdf")
+    assert len(doc.page_starts) == 2 and doc.page_starts[0] == 0
+    assert doc.text[doc.page_starts[1]:].startswith("Second page")
+    assert "First page about whales." in doc.text[:doc.page_starts[1]]
+
+
+@pytest.mark.parametrize("name, content, message", [
+    ("empty.txt", b"", "file is empty"),
+    ("blank.md", b"  \n\t\n", "file is empty"),
+    ("bin.txt", b"abc\x00\x01def", "looks binary"),
+    ("latin1.txt", "caf\u00e9".encode("latin-1"), r"not valid UTF-8 \(byte 0xe9 at offset 3\)"),
+    ("bad.jsonl", b'{"text": "ok"}\n{oops\n', r"bad.jsonl:2: invalid JSON"),
+    ("list.jsonl", b'["text"]\n', "must be a JSON object; got list"),
+    ("notext.jsonl", b'{"body": "x"}\n', "field 'text' must be a string; got NoneType"),
+    ("dup.jsonl", b'{"id": 1, "text": "a"}\n{"id": 1, "text": "b"}\n', "duplicate id '1'"),
+    ("emptyrec.jsonl", b'{"text": "  "}\n', "holds no text"),
+    ("bad.pdf", b"%PDF-1.4 this is not really a pdf", "not a readable PDF"),
+    ("script.html", b"<script>only()</script>", "no visible text"),
+    ("data.csv", b"a,b\n1,2\n", "unsupported file type '.csv'"),
+])
+def test_bad_files_are_named_errors(tmp_path, name, content, message):
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(DocumentError, match=message) as info:
+        read_paths([path])
+    assert name in str(info.value)
+
+
+def test_missing_and_unreadable_paths(tmp_path):
+    with pytest.raises(DocumentError, match="no such file or folder"):
+        read_paths([tmp_path / "nope.txt"])
+    (tmp_path / "dir.txt").mkdir()
+    with pytest.raises(DocumentError, match="dir.txt: cannot be read"):
+        read_file(tmp_path / "dir.txt")
+    with pytest.raises(DocumentError, match="no input paths"):
+        read_paths([])
+    empty = tmp_path / "empty_dir"
+    empty.mkdir()
+    with pytest.raises(DocumentError, match="folder holds no supported file"):
+        read_paths([empty])
+
+
+def test_folder_reports_skipped_files(tmp_path, caplog):
+    (tmp_path / "keep.txt").write_text("kept", encoding="utf-8")
+    (tmp_path / "image.png").write_bytes(b"\x89PNG")
+    with caplog.at_level(logging.WARNING):
+        docs = read_paths([tmp_path])
+    assert [d.text for d in docs] == ["kept"]
+    assert "skipped 1 file(s)" in caplog.text
+
+
+def test_sample_corpus():
+    docs = sample_documents()
+    assert len(docs) == 135
+    assert docs[0].source == "sample:moby-dick#chapter_1" and docs[0].text.startswith("Call me Ishmael.")
+    assert docs[0].headings == ((0, "Loomings."),)
+    assert sum(len(d.text.split()) for d in docs) > 200_000

