@@ -12,6 +12,7 @@ from typing import Any
 
 from chunktree.engine.chunking import DEFAULT_CHUNK_TOKENS, DEFAULT_OVERLAP_TOKENS, chunk_documents
 from chunktree.engine.documents import DocumentError, read_paths, sample_documents
+from chunktree.models.embedder import DEFAULT_BATCH_SIZE
 from chunktree.models.registry import DEFAULT_MODEL, ModelNotInstalledError
 
 
@@ -27,7 +28,8 @@ def _add_corpus_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=DEFAULT_MODEL.name,
                    help="model name or an .onnx file from 'chunktree export' (default %(default)s)")
     p.add_argument("--threads", type=int, default=None, help="onnxruntime threads (default: all cores)")
-    p.add_argument("--batch-size", type=int, default=32, help="texts per forward pass (default %(default)s)")
+    p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
+                   help="texts per forward pass (default %(default)s)")
     cache = p.add_mutually_exclusive_group()
     cache.add_argument("--cache", type=Path, default=None,
                        help="embedding cache file (default: embeddings.sqlite in the user cache dir)")

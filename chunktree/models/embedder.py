@@ -18,7 +18,7 @@ from chunktree.models import registry
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BATCH_SIZE = 32
+DEFAULT_BATCH_SIZE = 16
 
 
 def resolve_model(model: str | os.PathLike[str]) -> Path:
