@@ -10,8 +10,11 @@ import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from chunktree.engine.chunking import DEFAULT_CHUNK_TOKENS, DEFAULT_OVERLAP_TOKENS, chunk_documents
 from chunktree.engine.documents import DocumentError, read_paths, sample_documents
+from chunktree.engine.order import STRATEGIES
 from chunktree.models.embedder import DEFAULT_BATCH_SIZE
 from chunktree.models.registry import DEFAULT_MODEL, ModelNotInstalledError
 
@@ -47,6 +50,19 @@ def build_parser() -> argparse.ArgumentParser:
     _add_corpus_args(p)
     p.add_argument("-o", "--output", type=Path, required=True, metavar="OUT.npy", help="where to write the vectors")
     p.set_defaults(func=cmd_embed)
+
+    p = sub.add_parser("order", help="order chunks for a sequential reader (CL-ORDER)",
+                       description="Chunk and embed the inputs, build the Chow-Liu (maximum spanning) tree of "
+                                   "chunk similarities and print the chunks in reading order with provenance.")
+    _add_corpus_args(p)
+    p.add_argument("-q", "--query", default=None, help="the question the reader will answer (picks the root)")
+    p.add_argument("--strategy", choices=STRATEGIES, default="bfs",
+                   help="bfs (CL-ORDER), dfs, or the baselines document and dense (default %(default)s)")
+    p.add_argument("--root", type=int, default=None, help="start from this chunk id")
+    p.add_argument("--format", choices=("text", "json", "jsonl"), default="text")
+    p.add_argument("--top", type=int, default=None,
+                   help="print only the first N ordered chunks (default: 10 for text, all for json/jsonl)")
+    p.set_defaults(func=cmd_order)
 
     p = sub.add_parser("export", help="convert a local BERT-family model to ONNX (needs chunktree[export])",
                        description="Convert a sentence-transformers / Hugging Face BERT-family model folder to a "
@@ -92,8 +108,6 @@ def _open_cache(args: argparse.Namespace) -> Any:
 
 
 def cmd_embed(args: argparse.Namespace) -> int:
-    import numpy as np
-
     from chunktree.engine.embedding import embed_texts
 
     embedder, chunks, chunk_s = _load_chunks(args)
@@ -112,6 +126,54 @@ def cmd_embed(args: argparse.Namespace) -> int:
           f"({stats.embedded} embedded, {stats.cache_hits} from cache"
           f"{'' if cache is None else ' ' + str(cache.path)})")
     print(f"wrote {out} ({vectors.shape[0]} x {vectors.shape[1]} float32) and {meta}")
+    return 0
+
+
+def cmd_order(args: argparse.Namespace) -> int:
+    from chunktree.engine.embedding import embed_texts
+    from chunktree.engine.order import order
+
+    if args.top is not None and args.top < 1:
+        raise ValueError(f"--top must be >= 1; got {args.top}")
+    embedder, chunks, chunk_s = _load_chunks(args)
+    cache = _open_cache(args)
+    vectors, stats = embed_texts([c.text for c in chunks], embedder, cache, progress=sys.stderr.isatty())
+    t0 = time.perf_counter()
+    query = None if args.query is None else embedder.embed([args.query])[0]
+    result = order(vectors, query, strategy=args.strategy, root=args.root)
+    order_s = time.perf_counter() - t0
+    top = args.top or (10 if args.format == "text" else len(chunks))
+    rows = []
+    for row in result.explain()[:top]:
+        c = chunks[row["chunk"]]
+        rows.append({"position": row["position"], "id": c.id, "source": c.source, "index": c.index,
+                     "start": c.start, "end": c.end, "page": c.page, "heading": c.heading,
+                     "parent": row["parent"], "parent_similarity": row["parent_similarity"],
+                     "query_similarity": row["query_similarity"], "text": c.text})
+    timing = {"chunk_s": round(chunk_s, 4), "embed_s": round(stats.seconds, 4), "order_s": round(order_s, 4)}
+    if args.format == "json":
+        doc = {"order": result.order.tolist(), "root": result.root, "strategy": result.strategy,
+               "method": result.method, "tree_weight": None if np.isnan(result.tree_weight) else result.tree_weight,
+               "query": args.query, "n_chunks": len(chunks), "model": embedder.model_id,
+               "cache_hits": stats.cache_hits, "timing": timing, "chunks": rows}
+        print(json.dumps(doc, ensure_ascii=False, indent=1))
+    elif args.format == "jsonl":
+        for row in rows:
+            print(json.dumps(row, ensure_ascii=False))
+    else:
+        weight = "" if np.isnan(result.tree_weight) else f", tree weight {result.tree_weight:.2f}"
+        print(f"{len(chunks)} chunks from {len({c.source for c in chunks})} source(s); "
+              f"strategy {result.strategy}, method {result.method}{weight}; root chunk {result.root}")
+        print(f"time: chunk {chunk_s:.2f} s | embed {stats.seconds:.2f} s "
+              f"({stats.embedded} embedded, {stats.cache_hits} from cache) | order {order_s:.3f} s")
+        print(f"first {len(rows)} of {len(chunks)} in reading order:")
+        for row in rows:
+            where = f"{row['source']} [{row['start']}:{row['end']}]"
+            link = "root" if row["parent"] is None else f"after #{row['parent']} (sim {row['parent_similarity']:.3f})"
+            qs = "" if row["query_similarity"] is None else f", query sim {row['query_similarity']:.3f}"
+            snippet = " ".join(row["text"].split())
+            snippet = snippet[:100] + ("…" if len(snippet) > 100 else "")
+            print(f"{row['position'] + 1:>4}. #{row['id']} {where} {link}{qs}\n      {snippet}")
     return 0
 
 

@@ -61,3 +61,32 @@ def test_errors_are_one_clear_line(tmp_path, args, message):
 def test_help_lists_commands():
     r = run("--help")
     assert r.returncode == 0 and "embed" in r.stdout and "export" in r.stdout
+
+
+def test_order_json(tmp_path, corpus, embedder):
+    from chunktree.engine.order import order
+
+    r = run("order", str(corpus), "--query", "How deep does the whale dive?", "--format", "json",
+            "--cache", str(tmp_path / "c.sqlite"), "--chunk-tokens", "64", "--overlap", "0")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert {"order", "root", "method", "tree_weight", "chunks"} <= set(doc)
+    n = doc["n_chunks"]
+    assert sorted(doc["order"]) == list(range(n)) and len(doc["chunks"]) == n
+    first = doc["chunks"][0]
+    assert first["id"] == doc["root"] == doc["order"][0] and first["parent"] is None
+    for row in doc["chunks"]:
+        assert {"id", "source", "start", "end", "text", "parent", "parent_similarity", "query_similarity"} <= set(row)
+        assert open(row["source"], encoding="utf-8").read()[row["start"]:row["end"]] == row["text"]
+    texts = [row["text"] for row in sorted(doc["chunks"], key=lambda row: row["id"])]
+    want = order(embedder.embed(texts), embedder.embed(["How deep does the whale dive?"])[0])
+    assert doc["order"] == want.order.tolist()
+    assert doc["tree_weight"] == pytest.approx(want.tree_weight, rel=1e-5)
+
+
+def test_order_text_summary(tmp_path, corpus):
+    r = run("order", str(corpus), "--strategy", "dfs", "--top", "3", "--cache", str(tmp_path / "c.sqlite"),
+            "--chunk-tokens", "64")
+    assert r.returncode == 0, r.stderr
+    assert "strategy dfs, method exact" in r.stdout and "first 3 of" in r.stdout
+    assert "time: chunk" in r.stdout and "from cache" in r.stdout and "   3. #" in r.stdout

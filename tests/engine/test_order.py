@@ -1,0 +1,124 @@
+"""The order() API: roots, strategies, invariances, baselines and bad input."""
+
+import numpy as np
+import pytest
+from scipy.sparse.csgraph import minimum_spanning_tree
+
+from chunktree.engine.order import order
+
+
+def clustered(n, d=32, topics=5, seed=0):
+    rng = np.random.default_rng(seed)
+    centres = rng.standard_normal((topics, d))
+    x = centres[rng.integers(0, topics, n)] + 0.6 * rng.standard_normal((n, d))
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def test_bfs_result_contract():
+    x = clustered(200)
+    q = x[17] + 0.1 * x[3]
+    r = order(x, q)
+    assert sorted(r.order.tolist()) == list(range(200)) and r.order.dtype == np.int64
+    qsim = x @ (q / np.linalg.norm(q))
+    assert r.root == r.order[0] == int(np.argmax(qsim))
+    np.testing.assert_allclose(r.query_similarity, qsim, atol=1e-6)
+    pos = np.argsort(r.order)
+    assert all(pos[i] > pos[r.parent[i]] for i in range(200) if i != r.root)
+    sim = x.astype(np.float64) @ x.T
+    w = 2.0 - sim
+    np.fill_diagonal(w, 0)
+    mst = minimum_spanning_tree(w)
+    assert r.tree_weight == pytest.approx(2.0 * mst.nnz - mst.sum(), rel=1e-5)
+    others = np.flatnonzero(r.parent >= 0)
+    np.testing.assert_allclose(r.parent_similarity[others], sim[others, r.parent[others]], atol=1e-5)
+    rows = r.explain()
+    assert rows[0] == {"position": 0, "chunk": r.root, "parent": None, "parent_similarity": None,
+                       "query_similarity": pytest.approx(float(qsim[r.root]))}
+    assert [row["chunk"] for row in rows] == r.order.tolist()
+    assert (r.strategy, r.method, r.params["n"], r.params["dims"]) == ("bfs", "exact", 200, 32)
+
+
+def test_root_without_query_is_most_central():
+    x = clustered(150, seed=1)
+    r = order(x)
+    assert r.root == int(np.argmax((x.astype(np.float64) @ x.T).mean(axis=1)))
+    assert r.query_similarity is None
+    assert order(x, root=42).order[0] == 42
+
+
+def test_dfs_is_a_preorder_of_the_same_tree():
+    x = clustered(120, seed=2)
+    b, d = order(x, strategy="bfs"), order(x, strategy="dfs")
+    np.testing.assert_array_equal(b.parent, d.parent)
+    pos = np.argsort(d.order)
+    assert all(pos[i] > pos[d.parent[i]] for i in range(120) if i != d.root)
+    first_child = [c for c in range(120) if d.parent[c] == d.root]
+    assert d.order[1] == max(first_child, key=lambda c: d.parent_similarity[c])
+
+
+def test_float64_gives_the_float32_order():
+    x = clustered(300, seed=3)
+    np.testing.assert_array_equal(order(x.astype(np.float64)).order, order(x).order)
+
+
+def test_permuting_the_input_permutes_the_order():
+    x = clustered(250, seed=4)
+    q = x[5]
+    perm = np.random.default_rng(0).permutation(250)
+    base, moved = order(x, q), order(x[perm], q)
+    np.testing.assert_array_equal(perm[moved.order], base.order)
+
+
+def test_deterministic():
+    x = clustered(200, seed=5)
+    np.testing.assert_array_equal(order(x).order, order(x).order)
+
+
+def test_baselines():
+    x = clustered(50, seed=6)
+    q = x[9]
+    doc = order(x, q, strategy="document")
+    assert doc.order.tolist() == list(range(50)) and doc.parent is None and np.isnan(doc.tree_weight)
+    dense = order(x, q, strategy="dense")
+    assert dense.order.tolist() == sorted(range(50), key=lambda i: (-float(x[i] @ q), i))
+
+
+@pytest.mark.parametrize("n", [1, 2])
+def test_tiny_inputs(n):
+    r = order(clustered(n, seed=7))
+    assert sorted(r.order.tolist()) == list(range(n))
+
+
+def test_duplicate_vectors():
+    x = np.repeat(clustered(10, seed=8), 4, axis=0)
+    r = order(x)
+    assert sorted(r.order.tolist()) == list(range(40))
+    np.testing.assert_array_equal(r.order, order(x).order)
+
+
+def test_texts_are_embedded(embedder):
+    texts = ["The whale dived.", "Ahab paced the deck.", "The whale surfaced again.", "Oil casks in the hold."]
+    r = order(texts, "Where is the whale?", embedder=embedder)
+    want = order(embedder.embed(texts), embedder.embed(["Where is the whale?"])[0])
+    np.testing.assert_array_equal(r.order, want.order)
+
+
+@pytest.mark.parametrize("kwargs, error, message", [
+    ({"chunks_or_embeddings": np.zeros((0, 4))}, ValueError, "at least one chunk.*got 0"),
+    ({"chunks_or_embeddings": np.zeros(4)}, ValueError, r"2-D array \(n, d\); got shape \(4,\)"),
+    ({"chunks_or_embeddings": np.array([[1.0, np.nan]])}, ValueError, "must be finite; found nan at index"),
+    ({"chunks_or_embeddings": np.array([[1.0, 0], [np.inf, 1]])}, ValueError, "must be finite; found inf"),
+    ({"chunks_or_embeddings": np.array([[1.0, 0], [0, 0]])}, ValueError, r"zero-norm vectors at rows \[1\]"),
+    ({"chunks_or_embeddings": np.array([["a", "b"]], dtype=object)}, TypeError, "numeric array"),
+    ({"query": np.ones(3)}, ValueError, r"vector of 2 dims; got shape \(3,\)"),
+    ({"query": np.zeros(2)}, ValueError, "query has zero-norm"),
+    ({"strategy": "random"}, ValueError, r"strategy must be one of \('bfs', 'dfs', 'document', 'dense'\); got 'random'"),
+    ({"method": "fast"}, ValueError, "method must be one of .*got 'fast'"),
+    ({"root": 3}, ValueError, r"root must be a chunk index in \[0, 2\]; got 3"),
+    ({"root": -1}, ValueError, r"root must be a chunk index in \[0, 2\]; got -1"),
+    ({"strategy": "dense"}, ValueError, "needs a query"),
+])
+def test_bad_input(kwargs, error, message):
+    args = {"chunks_or_embeddings": np.array([[1.0, 0], [0, 1], [1, 1]]), **kwargs}
+    with pytest.raises(error, match=message):
+        order(**args)
