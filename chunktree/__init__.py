@@ -4,6 +4,7 @@ from chunktree.engine.cache import EmbeddingCache
 from chunktree.engine.chunking import Chunk, chunk_documents
 from chunktree.engine.documents import Document, DocumentError, read_paths, sample_documents
 from chunktree.engine.embedding import EmbedStats, embed_texts
+from chunktree.engine.order import OrderResult, order
 from chunktree.models.embedder import Embedder
 
 __all__ = [
@@ -13,8 +14,10 @@ __all__ = [
     "EmbedStats",
     "Embedder",
     "EmbeddingCache",
+    "OrderResult",
     "chunk_documents",
     "embed_texts",
+    "order",
     "read_paths",
     "sample_documents",
 ]

@@ -30,3 +30,19 @@ def shared_data():
     if not SHARED_DATA.is_dir():
         pytest.skip(f"shared data not found at {SHARED_DATA}")
     return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def sample_embeddings(embedder):
+    """Embeddings of the whole sample corpus, chunked with the defaults (about 1,500 chunks)."""
+    from chunktree import chunk_documents, sample_documents
+
+    chunks = chunk_documents(sample_documents(), embedder.tokenizer)
+    return embedder.embed([c.text for c in chunks])
+
+
+@pytest.fixture(scope="session")
+def squad_articles(shared_data):
+    import json
+
+    return json.loads((shared_data / "squad_shifts_new_wiki_v1.0.json").read_text(encoding="utf-8"))["data"]

@@ -14,7 +14,7 @@ import numpy as np
 
 from chunktree.engine.chunking import DEFAULT_CHUNK_TOKENS, DEFAULT_OVERLAP_TOKENS, chunk_documents
 from chunktree.engine.documents import DocumentError, read_paths, sample_documents
-from chunktree.engine.order import STRATEGIES
+from chunktree.engine.order import EXACT_MAX_N, METHODS, STRATEGIES
 from chunktree.models.embedder import DEFAULT_BATCH_SIZE
 from chunktree.models.registry import DEFAULT_MODEL, ModelNotInstalledError
 
@@ -59,6 +59,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strategy", choices=STRATEGIES, default="bfs",
                    help="bfs (CL-ORDER), dfs, or the baselines document and dense (default %(default)s)")
     p.add_argument("--root", type=int, default=None, help="start from this chunk id")
+    p.add_argument("--method", choices=METHODS, default="auto",
+                   help=f"exact (dense Prim's), sparse (top-K graph), or auto: exact up to {EXACT_MAX_N} chunks "
+                        "(default %(default)s)")
+    p.add_argument("-k", "--neighbours", type=int, default=None, help="top-K neighbours for the sparse method")
     p.add_argument("--format", choices=("text", "json", "jsonl"), default="text")
     p.add_argument("--top", type=int, default=None,
                    help="print only the first N ordered chunks (default: 10 for text, all for json/jsonl)")
@@ -140,7 +144,7 @@ def cmd_order(args: argparse.Namespace) -> int:
     vectors, stats = embed_texts([c.text for c in chunks], embedder, cache, progress=sys.stderr.isatty())
     t0 = time.perf_counter()
     query = None if args.query is None else embedder.embed([args.query])[0]
-    result = order(vectors, query, strategy=args.strategy, root=args.root)
+    result = order(vectors, query, strategy=args.strategy, root=args.root, method=args.method, k=args.neighbours)
     order_s = time.perf_counter() - t0
     top = args.top or (10 if args.format == "text" else len(chunks))
     rows = []
@@ -153,7 +157,7 @@ def cmd_order(args: argparse.Namespace) -> int:
     timing = {"chunk_s": round(chunk_s, 4), "embed_s": round(stats.seconds, 4), "order_s": round(order_s, 4)}
     if args.format == "json":
         doc = {"order": result.order.tolist(), "root": result.root, "strategy": result.strategy,
-               "method": result.method, "tree_weight": None if np.isnan(result.tree_weight) else result.tree_weight,
+               "method": result.method, "params": {k: v for k, v in result.params.items() if not k.endswith("_s")}, "tree_weight": None if np.isnan(result.tree_weight) else result.tree_weight,
                "query": args.query, "n_chunks": len(chunks), "model": embedder.model_id,
                "cache_hits": stats.cache_hits, "timing": timing, "chunks": rows}
         print(json.dumps(doc, ensure_ascii=False, indent=1))

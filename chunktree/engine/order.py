@@ -1,7 +1,10 @@
 """CL-ORDER: the processing order of chunks for a sequential reader, from their Chow-Liu tree.
 
 1. Similarity: cosine of L2-normalised chunk embeddings.
-2. Tree: the maximum spanning tree of the complete similarity graph (Prim's, exact).
+2. Tree: the maximum spanning tree of the complete similarity graph — exact (dense Prim's) or,
+   for large n, sparse: the maximum spanning forest of an approximate top-K neighbour graph
+   (inverted-file search around FAISS K-means centres, done as matrix products), its components
+   joined by their best cross-component edges into one spanning tree.
 3. Root: the chunk most similar to the query; without a query, the most central chunk (highest
    mean similarity to all chunks, which for unit vectors is ``x_i . mean(x)``); or the caller's.
 4. Traversal: BFS from the root (CL-ORDER) or DFS; children by descending edge weight, ties by
@@ -20,16 +23,21 @@ from typing import Any
 import numpy as np
 
 from chunktree.engine.chunking import Chunk
+from chunktree.kernels.forest import join_components, max_spanning_forest, orient_tree
 from chunktree.kernels.prim import prim_max_spanning_tree
 from chunktree.kernels.similarity import similarity_matrix
+from chunktree.kernels.topk import topk_clustered
 from chunktree.kernels.traversal import bfs_order, children_csr, dfs_order
 
 log = logging.getLogger(__name__)
 
 STRATEGIES = ("bfs", "dfs", "document", "dense")
-METHODS = ("auto", "exact")
-# The exact path holds one n x n float32 matrix: 1.6 GB at n = 20,000.
+METHODS = ("auto", "exact", "sparse")
+# "auto" takes the exact path up to this many chunks. The exact path holds one n x n float32
+# matrix (1.6 GB at n = 20,000); see bench/bench_order.py for the time and memory behind it.
 EXACT_MAX_N = 20_000
+DEFAULT_K = 16
+DEFAULT_PROBES = 16
 
 
 @dataclass(frozen=True)
@@ -94,6 +102,10 @@ def order(
     strategy: str = "bfs",
     root: int | None = None,
     method: str = "auto",
+    k: int | None = None,
+    n_clusters: int | None = None,
+    probes: int | None = None,
+    seed: int = 0,
     embedder: Any = None,
     cache: Any = None,
 ) -> OrderResult:
@@ -106,7 +118,11 @@ def order(
     query : a string (embedded like the chunks) or a vector (d,); optional.
     strategy : ``"bfs"`` (CL-ORDER), ``"dfs"``, ``"document"`` or ``"dense"`` (needs a query).
     root : a chunk index to start from; default: most similar to the query, else most central.
-    method : ``"exact"`` (dense Prim's) or ``"auto"``.
+    method : ``"exact"`` (dense Prim's), ``"sparse"`` (top-K graph, forest, joined) or ``"auto"``
+        (exact up to ``EXACT_MAX_N`` chunks, sparse beyond).
+    k, n_clusters, probes, seed : the sparse method's neighbours per chunk (default 16, capped at
+        n - 1), K-means clusters (default 2 * sqrt(n)), clusters searched per chunk (default 16)
+        and K-means seed.
     """
     if strategy not in STRATEGIES:
         raise ValueError(f"strategy must be one of {STRATEGIES}; got {strategy!r}")
@@ -132,11 +148,16 @@ def order(
 
     if root is None:
         root = int(np.argmax(qsim)) if qsim is not None else int(np.argmax(x @ x.mean(axis=0)))
-    if method == "auto" and n > EXACT_MAX_N:
-        raise ValueError(f"n={n} chunks exceeds the exact method's limit of {EXACT_MAX_N}; "
-                         "the sparse method is not available yet")
+    if method == "exact" and (k, n_clusters, probes) != (None, None, None):
+        raise ValueError("k, n_clusters and probes set the sparse method; they do not apply to method='exact'")
+    if method == "auto":
+        method = "exact" if n <= EXACT_MAX_N else "sparse"
     t1 = time.perf_counter()
-    parent, weight = prim_max_spanning_tree(similarity_matrix(x), np.int64(root))
+    if method == "exact":
+        parent, weight = prim_max_spanning_tree(similarity_matrix(x), np.int64(root))
+    else:
+        parent, weight, sparse_params = _sparse_tree(x, root, k, n_clusters, probes, seed)
+        params.update(sparse_params)
     timings["tree_s"] = time.perf_counter() - t1
     t2 = time.perf_counter()
     ids = np.arange(n)
@@ -148,9 +169,44 @@ def order(
     timings["traverse_s"] = time.perf_counter() - t2
     parent_sim = weight.copy()
     parent_sim[root] = np.nan
-    log.info("ordered %d chunks (%s, exact) in %.3f s", n, strategy, time.perf_counter() - t0)
+    log.info("ordered %d chunks (%s, %s) in %.3f s", n, strategy, method, time.perf_counter() - t0)
     return OrderResult(seq, root, parent, parent_sim, qsim, float(weight.sum(dtype=np.float64)),
-                       strategy, "exact", {**params, **timings})
+                       strategy, method, {**params, **timings})
+
+
+def _positive_int(value: Any, name: str) -> int:
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a positive int; got {value!r}")
+    return int(value)
+
+
+def _sparse_tree(x: np.ndarray, root: int, k: int | None, n_clusters: int | None, probes: int | None,
+                 seed: int) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+    """Spanning tree from the top-K graph: forest, then its components joined."""
+    import faiss
+
+    n, d = x.shape
+    k = min(_positive_int(DEFAULT_K if k is None else k, "k"), n - 1)
+    n_clusters = min(_positive_int(n_clusters or max(1, round(2 * np.sqrt(n))), "n_clusters"), n)
+    probes = min(_positive_int(probes or DEFAULT_PROBES, "probes"), n_clusters)
+    src = dst = np.empty(0, np.int64)
+    w = np.empty(0, np.float32)
+    if k > 0:
+        km = faiss.Kmeans(d, n_clusters, niter=10, seed=seed, spherical=True,
+                          max_points_per_centroid=64, min_points_per_centroid=1)
+        km.train(x)
+        ids, sims = topk_clustered(x, k, km.centroids, probes)
+        valid = ids.ravel() >= 0
+        src = np.repeat(np.arange(n, dtype=np.int64), k)[valid]
+        dst, w = ids.ravel()[valid], sims.ravel()[valid]
+    taken, labels = max_spanning_forest(src, dst, w, n)
+    components = int(np.unique(labels).size)
+    j_src, j_dst, j_w = join_components(x, labels)
+    parent, weight = orient_tree(np.concatenate([src[taken], j_src]), np.concatenate([dst[taken], j_dst]),
+                                 np.concatenate([w[taken], j_w]), n, np.int64(root))
+    params = {"k": k, "n_clusters": n_clusters, "probes": probes, "seed": seed,
+              "forest_components": components, "joining_edges": int(j_src.size)}
+    return parent, weight, params
 
 
 def _embeddings(items: Any, query: Any, embedder: Any, cache: Any) -> tuple[np.ndarray, np.ndarray | None]:

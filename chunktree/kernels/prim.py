@@ -1,8 +1,9 @@
 """Prim's maximum spanning tree on a dense similarity matrix, O(n^2) time, O(n) extra memory.
 
 Growing the tree from ``root`` gives the parent pointers of the tree rooted there directly.
-The vertices not yet in the tree are kept in a compacted array, so step t scans n - t of them:
-n^2 / 2 reads of the matrix in all, each row read once, sequentially.
+The vertices not yet in the tree are kept in ascending order in a compacted array: each step
+scans them once, drops the vertex added by the previous step as it goes, and reads the current
+row in increasing column order (n^2 / 2 reads in all, prefetch-friendly).
 """
 
 import numpy as np
@@ -22,36 +23,37 @@ def prim_max_spanning_tree(sim, root):  # pragma: no cover - compiled
     -------
     parent : int64 (n,); parent[root] == -1.
     weight : float32 (n,); sim[i, parent[i]], 0 for the root.
-    Ties go to the lower vertex index, so the result is deterministic.
+    Ties go to the lower vertex index for the next vertex, and to the vertex that joined the tree
+    first for a parent, so the result is deterministic.
     """
     n = sim.shape[0]
     parent = np.full(n, -1, dtype=np.int64)
     weight = np.zeros(n, dtype=np.float32)
     best = np.full(n, -np.inf, dtype=np.float32)
-    remaining = np.empty(n - 1, dtype=np.int64)
-    k = 0
-    for v in range(n):
-        if v != root:
-            remaining[k] = v
-            k += 1
-    m = n - 1
+    remaining = np.arange(n)
+    m = n
     v = root
-    while m > 0:
+    for _ in range(n - 1):
         row = sim[v]
-        arg = -1
         top = -np.inf
+        arg = -1
+        kept = 0
         for t in range(m):
             u = remaining[t]
+            if u == v:  # added to the tree by the previous step
+                continue
+            remaining[kept] = u
+            kept += 1
+            b = best[u]
             s = row[u]
-            if s > best[u]:
+            if s > b:
                 best[u] = s
                 parent[u] = v
-            b = best[u]
-            if arg < 0 or b > top or (b == top and u < remaining[arg]):
+                b = s
+            if b > top:
                 top = b
-                arg = t
-        v = remaining[arg]
-        weight[v] = best[v]
-        m -= 1
-        remaining[arg] = remaining[m]
+                arg = u
+        m = kept
+        weight[arg] = top
+        v = arg
     return parent, weight

@@ -1,7 +1,9 @@
 """Cosine similarity of unit rows, computed in row blocks through BLAS.
 
-Row-blocked products ``X[i:j] @ X.T`` avoid numpy's single-buffer ``X @ X.T`` path (OpenBLAS
-syrk), which threads poorly and crashed with 2 threads at large n (numpy issue #19685).
+Only the blocks on and above the diagonal are multiplied (half the work of a full product, like
+BLAS syrk); each block below the diagonal is the transpose of one already computed. Row-blocked
+products also avoid numpy's single-buffer ``X @ X.T`` path (OpenBLAS syrk), which threads poorly
+and crashed with 2 threads at large n (numpy issue #19685).
 """
 
 import numpy as np
@@ -14,5 +16,7 @@ def similarity_matrix(x: np.ndarray, block: int = DEFAULT_BLOCK) -> np.ndarray:
     n = x.shape[0]
     sim = np.empty((n, n), dtype=np.float32)
     for start in range(0, n, block):
-        np.matmul(x[start:start + block], x.T, out=sim[start:start + block])
+        stop = min(start + block, n)
+        np.matmul(x[start:stop], x[start:].T, out=sim[start:stop, start:])
+        sim[stop:, start:stop] = sim[start:stop, stop:].T
     return sim

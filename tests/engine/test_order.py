@@ -122,3 +122,57 @@ def test_bad_input(kwargs, error, message):
     args = {"chunks_or_embeddings": np.array([[1.0, 0], [0, 1], [1, 1]]), **kwargs}
     with pytest.raises(error, match=message):
         order(**args)
+
+
+def tree_is_spanning(r, n):
+    assert sorted(r.order.tolist()) == list(range(n))
+    assert r.parent[r.root] == -1 and (np.delete(r.parent, r.root) >= 0).all()
+    pos = np.argsort(r.order)
+    assert all(pos[i] > pos[r.parent[i]] for i in range(n) if i != r.root)
+
+
+def test_sparse_joins_a_disconnected_topk_graph():
+    rng = np.random.default_rng(0)
+    far = 20 * rng.standard_normal((30, 16))  # 30 well-separated topics
+    x = far[rng.integers(0, 30, 900)] + rng.standard_normal((900, 16))
+    r = order(x, method="sparse", k=3)
+    assert r.method == "sparse" and r.params["forest_components"] > 1
+    assert r.params["joining_edges"] == r.params["forest_components"] - 1
+    tree_is_spanning(r, 900)
+    assert r.tree_weight >= 0.99 * order(x, method="exact").tree_weight
+
+
+def test_sparse_is_deterministic_and_handles_k_at_least_n():
+    x = clustered(400, seed=9)
+    np.testing.assert_array_equal(order(x, method="sparse").order, order(x, method="sparse").order)
+    small = order(x[:6], method="sparse", k=50)
+    assert small.params["k"] == 5
+    assert small.tree_weight == pytest.approx(order(x[:6], method="exact").tree_weight, rel=1e-6)
+    assert order(x[:1], method="sparse").order.tolist() == [0]
+
+
+def sparse_ratio(x):
+    exact, sparse = order(x, method="exact"), order(x, method="sparse")
+    tree_is_spanning(sparse, len(x))
+    return sparse.tree_weight / exact.tree_weight
+
+
+def test_sparse_weight_on_the_sample_corpus(sample_embeddings):
+    assert sparse_ratio(sample_embeddings) >= 0.99
+
+
+def test_sparse_weight_on_squad_articles(embedder, squad_articles):
+    paragraphs = [p["context"] for a in squad_articles[:12] for p in a["paragraphs"]]
+    assert len(paragraphs) > 300
+    assert sparse_ratio(embedder.embed(paragraphs)) >= 0.99
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"method": "sparse", "k": 0}, "k must be a positive int; got 0"),
+    ({"method": "sparse", "probes": -2}, "probes must be a positive int; got -2"),
+    ({"method": "sparse", "n_clusters": 1.5}, "n_clusters must be a positive int; got 1.5"),
+    ({"method": "exact", "k": 8}, "do not apply to method='exact'"),
+])
+def test_sparse_parameter_errors(kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        order(clustered(20), **kwargs)

@@ -1,0 +1,153 @@
+"""Maximum spanning forest of a sparse graph, joining its components, and rooting the tree.
+
+A top-K neighbour graph of real data falls apart into components (often one per topic), so the
+forest alone is not a tree. ``join_components`` adds, Borůvka-style, the best edge between each
+component and the components whose centroids are nearest to it — the best edge of each such pair
+found exactly by a matrix product of the two member sets — until one tree spans every vertex.
+"""
+
+import numpy as np
+from numba import njit
+
+
+@njit(cache=True)
+def _find(uf, i):  # pragma: no cover - compiled
+    while uf[i] != i:
+        uf[i] = uf[uf[i]]
+        i = uf[i]
+    return i
+
+
+@njit("Tuple((int64[:], int64[:]))(int64[:], int64[:], int64[:], int64)", cache=True)
+def kruskal(src, dst, order, n):  # pragma: no cover - compiled
+    """Kruskal's algorithm over edges taken in ``order`` (heaviest first).
+
+    Returns the indices (into src/dst) of the forest's edges, and each vertex's component label
+    (the smallest vertex id of its component).
+    """
+    uf = np.arange(n)
+    taken = np.empty(max(n - 1, 0), dtype=np.int64)
+    m = 0
+    for e in order:
+        if m == n - 1:
+            break
+        a, b = _find(uf, src[e]), _find(uf, dst[e])
+        if a != b:
+            if a < b:
+                uf[b] = a
+            else:
+                uf[a] = b
+            taken[m] = e
+            m += 1
+    labels = np.empty(n, dtype=np.int64)
+    for i in range(n):
+        labels[i] = _find(uf, i)
+    return taken[:m], labels
+
+
+def max_spanning_forest(src: np.ndarray, dst: np.ndarray, weight: np.ndarray, n: int
+                        ) -> tuple[np.ndarray, np.ndarray]:
+    """Edge indices of a maximum spanning forest of the graph (src, dst, weight) on n vertices,
+    and component labels. Equal weights are taken in edge order, so the result is deterministic."""
+    order = np.argsort(-weight, kind="stable").astype(np.int64)
+    return kruskal(src.astype(np.int64), dst.astype(np.int64), order, n)
+
+
+def _best_cross_edge(x: np.ndarray, a: np.ndarray, b: np.ndarray, block: int = 2048) -> tuple[int, int, float]:
+    """The most similar pair (i in a, j in b) and its similarity, by blocked matrix products."""
+    best = (-1, -1, -np.inf)
+    xb = x[b]
+    for start in range(0, a.size, block):
+        part = a[start:start + block]
+        s = x[part] @ xb.T
+        flat = int(np.argmax(s))
+        i, j = divmod(flat, b.size)
+        if s[i, j] > best[2]:
+            best = (int(part[i]), int(b[j]), float(s[i, j]))
+    return best
+
+
+def join_components(x: np.ndarray, labels: np.ndarray, candidates: int = 3
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Edges (src, dst, weight) that join the components given by ``labels`` into one tree.
+
+    Each round, every component is paired with the ``candidates`` components whose mean vectors
+    are most similar to its own; the best edge of each pair is computed exactly, and Kruskal over
+    those edges merges components. Every component gains an edge each round, so the number of
+    components at least halves per round.
+    """
+    n = x.shape[0]
+    src_all, dst_all, w_all = [], [], []
+    labels = labels.copy()
+    while True:
+        comps, inverse = np.unique(labels, return_inverse=True)
+        c = comps.size
+        if c <= 1:
+            break
+        members = np.argsort(inverse, kind="stable")
+        bounds = np.searchsorted(inverse[members], np.arange(c + 1))
+        groups = [members[bounds[g]:bounds[g + 1]] for g in range(c)]
+        centroids = np.zeros((c, x.shape[1]), dtype=np.float64)
+        np.add.at(centroids, inverse, x)
+        centroids /= np.maximum(np.linalg.norm(centroids, axis=1, keepdims=True), 1e-12)
+        csim = centroids @ centroids.T
+        np.fill_diagonal(csim, -np.inf)
+        m = min(candidates, c - 1)
+        near = np.argsort(-csim, axis=1, kind="stable")[:, :m]
+        pairs = {(min(g, h), max(g, h)) for g in range(c) for h in near[g].tolist()}
+        edges = [(g, h, *_best_cross_edge(x, groups[g], groups[h])) for g, h in sorted(pairs)]
+        e_src = np.array([e[2] for e in edges], dtype=np.int64)
+        e_dst = np.array([e[3] for e in edges], dtype=np.int64)
+        e_w = np.array([e[4] for e in edges], dtype=np.float32)
+        taken, _ = max_spanning_forest(inverse[e_src], inverse[e_dst], e_w, c)
+        src_all.append(e_src[taken])
+        dst_all.append(e_dst[taken])
+        w_all.append(e_w[taken])
+        # Relabel: merge the components joined this round.
+        _, merged = kruskal(inverse[e_src[taken]], inverse[e_dst[taken]], np.arange(taken.size, dtype=np.int64), c)
+        labels = merged[inverse]
+    if not src_all:
+        return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float32)
+    return np.concatenate(src_all), np.concatenate(dst_all), np.concatenate(w_all)
+
+
+@njit("Tuple((int64[:], float32[:]))(int64[:], int64[:], float32[:], int64, int64)", cache=True)
+def orient_tree(src, dst, weight, n, root):  # pragma: no cover - compiled
+    """Parent pointers of the spanning tree given as n - 1 undirected edges, rooted at ``root``.
+
+    Returns parent int64 (n,) with parent[root] = -1 and weight float32 (n,), the weight of each
+    vertex's edge to its parent (0 for the root).
+    """
+    degree = np.zeros(n + 1, dtype=np.int64)
+    for e in range(src.shape[0]):
+        degree[src[e] + 1] += 1
+        degree[dst[e] + 1] += 1
+    indptr = np.cumsum(degree)
+    fill = indptr[:-1].copy()
+    adj = np.empty(2 * src.shape[0], dtype=np.int64)
+    adj_w = np.empty(2 * src.shape[0], dtype=np.float32)
+    for e in range(src.shape[0]):
+        a, b = src[e], dst[e]
+        adj[fill[a]] = b
+        adj_w[fill[a]] = weight[e]
+        fill[a] += 1
+        adj[fill[b]] = a
+        adj_w[fill[b]] = weight[e]
+        fill[b] += 1
+    parent = np.full(n, -2, dtype=np.int64)
+    pw = np.zeros(n, dtype=np.float32)
+    parent[root] = -1
+    queue = np.empty(n, dtype=np.int64)
+    queue[0] = root
+    head, tail = 0, 1
+    while head < tail:
+        v = queue[head]
+        head += 1
+        for j in range(indptr[v], indptr[v + 1]):
+            u = adj[j]
+            if parent[u] == -2:
+                parent[u] = v
+                pw[u] = adj_w[j]
+                queue[tail] = u
+                tail += 1
+    return parent, pw

@@ -1,0 +1,89 @@
+"""Spanning forest, component joining and tree orientation, against scipy."""
+
+import numpy as np
+import pytest
+from scipy.sparse import coo_matrix
+from scipy.sparse.csgraph import connected_components, minimum_spanning_tree
+
+from chunktree.kernels.forest import join_components, kruskal, max_spanning_forest, orient_tree
+
+
+def random_graph(n, m, seed):
+    rng = np.random.default_rng(seed)
+    src, dst = rng.integers(0, n, m), rng.integers(0, n, m)
+    keep = src != dst
+    return src[keep], dst[keep], rng.random(keep.sum()).astype(np.float32)
+
+
+def scipy_forest_weight(src, dst, w, n):
+    # Maximum forest = minimum forest on (2 - w) > 0; keep the heaviest of parallel edges.
+    best = {}
+    for a, b, x in zip(src.tolist(), dst.tolist(), w.tolist()):
+        key = (min(a, b), max(a, b))
+        best[key] = max(best.get(key, -1.0), x)
+    rows, cols = zip(*best)
+    g = coo_matrix((2.0 - np.array(list(best.values())), (rows, cols)), shape=(n, n)).tocsr()
+    mst = minimum_spanning_tree(g)
+    return 2.0 * mst.nnz - mst.sum()
+
+
+@pytest.mark.parametrize("n, m, seed", [(10, 30, 0), (200, 300, 1), (500, 5000, 2)])
+def test_forest_weight_and_components_match_scipy(n, m, seed):
+    src, dst, w = random_graph(n, m, seed)
+    taken, labels = max_spanning_forest(src, dst, w, n)
+    assert w[taken].sum(dtype=np.float64) == pytest.approx(scipy_forest_weight(src, dst, w, n), rel=1e-6)
+    g = coo_matrix((np.ones(len(src)), (src, dst)), shape=(n, n))
+    n_comp, comp = connected_components(g, directed=False)
+    assert len(taken) == n - n_comp and np.unique(labels).size == n_comp
+    for c in range(n_comp):  # same partition; labels are each component's smallest vertex
+        members = np.flatnonzero(comp == c)
+        assert (labels[members] == members.min()).all()
+
+
+def test_kruskal_with_no_edges():
+    taken, labels = kruskal(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.int64), 3)
+    assert taken.size == 0 and labels.tolist() == [0, 1, 2]
+
+
+def blobs(n, d, topics, seed):
+    rng = np.random.default_rng(seed)
+    x = 5 * rng.standard_normal((topics, d))[rng.integers(0, topics, n)] + rng.standard_normal((n, d))
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+@pytest.mark.parametrize("candidates", [1, 2])
+def test_join_makes_one_tree_and_picks_best_cross_edges(candidates):
+    x = blobs(300, 16, 12, seed=4)
+    _, labels = np.unique(np.argmax(x @ x[[0, 100, 200]].T, axis=1), return_inverse=True)  # 3 parts
+    labels = np.array([np.flatnonzero(labels == labels[i]).min() for i in range(300)])
+    src, dst, w = join_components(x, labels, candidates=candidates)
+    assert len(src) == 2
+    np.testing.assert_allclose(w, np.sum(x[src] * x[dst], axis=1), atol=1e-6)
+    parts = np.unique(labels)
+    if candidates == 2:  # every pair of the 3 parts evaluated: the exact best joining
+        s = x @ x.T
+        best = [s[np.ix_(labels == parts[i], labels == parts[j])].max() for i, j in [(0, 1), (0, 2), (1, 2)]]
+        assert w.sum() == pytest.approx(sum(sorted(best)[1:]), abs=1e-5)
+    merged = labels.copy()
+    for a, b in zip(src, dst):
+        merged[merged == merged[b]] = merged[a]
+    assert np.unique(merged).size == 1 and parts.size == 3
+
+
+def test_join_many_singletons():
+    x = blobs(64, 8, 4, seed=5)
+    src, dst, w = join_components(x, np.arange(64), candidates=2)
+    assert len(src) == 63
+    parent, _ = orient_tree(src, dst, w, 64, 0)
+    assert (parent[1:] >= 0).all()
+
+
+def test_orient_tree():
+    #   0 - 1 - 2
+    #       |
+    #       3
+    src, dst = np.array([0, 1, 3]), np.array([1, 2, 1])
+    w = np.array([.5, .6, .7], np.float32)
+    parent, pw = orient_tree(src, dst, w, 4, 2)
+    assert parent.tolist() == [1, 2, -1, 1]
+    np.testing.assert_allclose(pw, [.5, .6, 0, .7])

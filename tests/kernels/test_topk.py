@@ -1,0 +1,65 @@
+"""Top-K neighbours: exact against numpy.argpartition, clustered against exact (recall floor)."""
+
+import numpy as np
+import pytest
+
+from chunktree.kernels.topk import topk_clustered, topk_exact
+
+
+def unit(n, d, seed=0, topics=None):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, d))
+    if topics:
+        x = 0.8 * rng.standard_normal((topics, d))[rng.integers(0, topics, n)] + x / np.sqrt(d) * 2
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+
+
+def reference_topk(x, k):
+    s = x.astype(np.float64) @ x.T.astype(np.float64)
+    np.fill_diagonal(s, -np.inf)
+    return np.sort(s, axis=1)[:, ::-1][:, :k]
+
+
+@pytest.mark.parametrize("n, k, block", [(50, 1, 7), (300, 10, 64), (1000, 32, 1024)])
+def test_exact_matches_reference(n, k, block):
+    x = unit(n, 24, seed=n)
+    ids, sims = topk_exact(x, k, block=block)
+    want = reference_topk(x, k)
+    np.testing.assert_allclose(sims, want, atol=1e-5)  # compare values: ties make ids non-unique
+    np.testing.assert_allclose(sims, np.sum(x[ids] * x[:, None, :], axis=2), atol=1e-5)
+    assert (ids != np.arange(n)[:, None]).all()
+    assert (np.diff(sims, axis=1) <= 0).all()
+
+
+def test_exact_with_duplicates_excludes_only_self():
+    x = np.repeat(unit(10, 8), 2, axis=0)
+    ids, sims = topk_exact(x, 1)
+    assert (ids[:, 0] == np.arange(20) ^ 1).all()  # each row's twin
+    np.testing.assert_allclose(sims[:, 0], 1.0, atol=1e-6)
+
+
+def test_clustered_recall_floor():
+    x = unit(4000, 32, seed=1, topics=40)
+    exact_ids, _ = topk_exact(x, 10)
+    rng = np.random.default_rng(0)
+    centers = x[rng.choice(4000, 120, replace=False)]
+    ids, sims = topk_clustered(x, 10, centers, probes=12)
+    recall = np.mean([len(set(a) & set(b)) / 10 for a, b in zip(ids.tolist(), exact_ids.tolist())])
+    assert recall >= 0.9, recall
+    assert (ids != np.arange(4000)[:, None]).all()
+    ok = ids >= 0
+    np.testing.assert_allclose(sims[ok], np.sum(x[np.where(ok, ids, 0)] * x[:, None, :], axis=2)[ok], atol=1e-5)
+
+
+def test_clustered_with_all_clusters_probed_is_exact():
+    x = unit(500, 16, seed=2)
+    centers = x[:20]
+    _, sims = topk_clustered(x, 8, centers, probes=20)
+    np.testing.assert_allclose(sims, reference_topk(x, 8), atol=1e-5)
+
+
+def test_clustered_pads_when_too_few_candidates():
+    x = unit(30, 8, seed=3)
+    ids, sims = topk_clustered(x, 40, x[:3], probes=3)
+    assert (ids[:, 29:] == -1).all() and np.isneginf(sims[:, 29:]).all()
+    assert (np.sort(ids[:, :29], axis=1) == np.array([[j for j in range(30) if j != i] for i in range(30)])).all()
