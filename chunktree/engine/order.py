@@ -180,22 +180,30 @@ def _positive_int(value: Any, name: str) -> int:
     return int(value)
 
 
+def sparse_neighbours(x: np.ndarray, k: int, n_clusters: int, probes: int, seed: int = 0
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """Approximate top-``k`` neighbours of unit rows ``x``: FAISS spherical K-means (``n_clusters``
+    centres, trained on at most 64 points per centre), then an inverted-file search of ``probes``
+    clusters per row done as matrix products (``kernels.topk.topk_clustered``)."""
+    import faiss
+
+    km = faiss.Kmeans(x.shape[1], n_clusters, niter=10, seed=seed, spherical=True,
+                      max_points_per_centroid=64, min_points_per_centroid=1)
+    km.train(x)
+    return topk_clustered(x, k, km.centroids, probes)
+
+
 def _sparse_tree(x: np.ndarray, root: int, k: int | None, n_clusters: int | None, probes: int | None,
                  seed: int) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """Spanning tree from the top-K graph: forest, then its components joined."""
-    import faiss
-
-    n, d = x.shape
+    n = x.shape[0]
     k = min(_positive_int(DEFAULT_K if k is None else k, "k"), n - 1)
     n_clusters = min(_positive_int(n_clusters or max(1, round(2 * np.sqrt(n))), "n_clusters"), n)
     probes = min(_positive_int(probes or DEFAULT_PROBES, "probes"), n_clusters)
     src = dst = np.empty(0, np.int64)
     w = np.empty(0, np.float32)
     if k > 0:
-        km = faiss.Kmeans(d, n_clusters, niter=10, seed=seed, spherical=True,
-                          max_points_per_centroid=64, min_points_per_centroid=1)
-        km.train(x)
-        ids, sims = topk_clustered(x, k, km.centroids, probes)
+        ids, sims = sparse_neighbours(x, k, n_clusters, probes, seed)
         valid = ids.ravel() >= 0
         src = np.repeat(np.arange(n, dtype=np.int64), k)[valid]
         dst, w = ids.ravel()[valid], sims.ravel()[valid]
