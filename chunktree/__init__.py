@@ -4,21 +4,27 @@ from chunktree.engine.cache import EmbeddingCache
 from chunktree.engine.chunking import Chunk, chunk_documents
 from chunktree.engine.documents import Document, DocumentError, read_paths, sample_documents
 from chunktree.engine.embedding import EmbedStats, embed_texts
+from chunktree.engine.kmeans import MiniBatchKMeans
 from chunktree.engine.order import OrderResult, order
+from chunktree.engine.select import Cluster, SelectResult, select
 from chunktree.models.embedder import Embedder
 
 __all__ = [
     "Chunk",
+    "Cluster",
     "Document",
     "DocumentError",
     "EmbedStats",
     "Embedder",
     "EmbeddingCache",
+    "MiniBatchKMeans",
     "OrderResult",
+    "SelectResult",
     "chunk_documents",
     "embed_texts",
     "order",
     "read_paths",
     "sample_documents",
+    "select",
 ]
 __version__ = "0.1.0"

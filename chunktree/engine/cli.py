@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -68,6 +69,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print only the first N ordered chunks (default: 10 for text, all for json/jsonl)")
     p.set_defaults(func=cmd_order)
 
+    p = sub.add_parser("select", help="pick representative chunks covering every topic (no query)",
+                       description="Chunk and embed the inputs, cluster them with K-means (K = the number of "
+                                   "outputs wanted) and print each cluster's representative chunk(s) with provenance.")
+    _add_corpus_args(p)
+    p.add_argument("-k", "--clusters", default=None,
+                   help="number of clusters (outputs wanted), or 'elbow'; default: from --budget-tokens")
+    p.add_argument("--per-cluster", type=int, default=1, help="representatives per cluster (default %(default)s)")
+    p.add_argument("--budget-tokens", type=int, default=None,
+                   help="without -k: as many clusters as the representatives' tokens allow")
+    p.add_argument("--seed", type=int, default=0, help="K-means seed (default %(default)s)")
+    p.add_argument("--format", choices=("text", "json", "jsonl"), default="text")
+    p.set_defaults(func=cmd_select)
+
     p = sub.add_parser("export", help="convert a local BERT-family model to ONNX (needs chunktree[export])",
                        description="Convert a sentence-transformers / Hugging Face BERT-family model folder to a "
                                    "self-describing ONNX file usable as --model, checked against the original.")
@@ -90,6 +104,9 @@ def main(argv: list[str] | None = None) -> int:
     except (DocumentError, ModelNotInstalledError, ValueError, TypeError) as exc:
         print(f"chunktree {args.command}: error: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader closed the pipe (`| head`): stop quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
 
 
 def _load_chunks(args: argparse.Namespace) -> tuple[Any, list[Any], float]:
@@ -178,6 +195,58 @@ def cmd_order(args: argparse.Namespace) -> int:
             snippet = " ".join(row["text"].split())
             snippet = snippet[:100] + ("…" if len(snippet) > 100 else "")
             print(f"{row['position'] + 1:>4}. #{row['id']} {where} {link}{qs}\n      {snippet}")
+    return 0
+
+
+def cmd_select(args: argparse.Namespace) -> int:
+    from chunktree.engine.embedding import embed_texts
+    from chunktree.engine.select import select
+
+    k: int | str | None = args.clusters
+    if k is not None and k != "elbow":
+        try:
+            k = int(k)
+        except ValueError:
+            raise ValueError(f"-k must be an int or 'elbow'; got {k!r}") from None
+    embedder, chunks, chunk_s = _load_chunks(args)
+    cache = _open_cache(args)
+    vectors, stats = embed_texts([c.text for c in chunks], embedder, cache, progress=sys.stderr.isatty())
+    t0 = time.perf_counter()
+    tokens = [len(e.ids) for e in embedder.tokenizer.encode_batch([c.text for c in chunks])] \
+        if args.budget_tokens is not None else None
+    result = select(vectors, k, per_cluster=args.per_cluster, budget_tokens=args.budget_tokens, tokens=tokens,
+                    seed=args.seed)
+    select_s = time.perf_counter() - t0
+    rows = []
+    for cluster in result.clusters:
+        reps = []
+        for i, dist in zip(cluster.representatives, cluster.distances):
+            c = chunks[i]
+            reps.append({"id": c.id, "source": c.source, "index": c.index, "start": c.start, "end": c.end,
+                         "page": c.page, "heading": c.heading, "distance": dist, "text": c.text})
+        rows.append({"cluster": cluster.id, "size": cluster.size, "members": list(cluster.members),
+                     "representatives": reps})
+    timing = {"chunk_s": round(chunk_s, 4), "embed_s": round(stats.seconds, 4), "select_s": round(select_s, 4)}
+    if args.format == "json":
+        print(json.dumps({"k": result.k, "n_chunks": len(chunks), "inertia": result.inertia,
+                          "model": embedder.model_id, "cache_hits": stats.cache_hits, "timing": timing,
+                          "clusters": rows}, ensure_ascii=False, indent=1))
+    elif args.format == "jsonl":
+        for row in rows:
+            print(json.dumps(row, ensure_ascii=False))
+    else:
+        print(f"{len(chunks)} chunks from {len({c.source for c in chunks})} source(s) -> {len(rows)} clusters "
+              f"(k={result.k}), {args.per_cluster} representative(s) each")
+        print(f"time: chunk {chunk_s:.2f} s | embed {stats.seconds:.2f} s "
+              f"({stats.embedded} embedded, {stats.cache_hits} from cache) | select {select_s:.3f} s")
+        for row in rows:
+            print(f"cluster {row['cluster'] + 1}: {row['size']} chunks")
+            for rep in row["representatives"]:
+                heading = f" [{rep['heading']}]" if rep["heading"] else ""
+                snippet = " ".join(rep["text"].split())
+                snippet = snippet[:100] + ("…" if len(snippet) > 100 else "")
+                print(f"   #{rep['id']} {rep['source']} [{rep['start']}:{rep['end']}]{heading} "
+                      f"distance {rep['distance']:.3f}\n      {snippet}")
     return 0
 
 

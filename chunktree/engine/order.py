@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from chunktree.engine.chunking import Chunk
+from chunktree.engine.vectors import unit_vectors
 from chunktree.kernels.forest import join_components, max_spanning_forest, orient_tree
 from chunktree.kernels.prim import prim_max_spanning_tree
 from chunktree.kernels.similarity import similarity_matrix
@@ -80,21 +81,6 @@ class OrderResult:
         return rows
 
 
-def _as_unit_rows(x: Any, name: str) -> np.ndarray:
-    arr = np.asarray(x)
-    if arr.dtype.kind not in "fiu":
-        raise TypeError(f"{name} must be a numeric array; got dtype {arr.dtype}")
-    arr = np.ascontiguousarray(arr, dtype=np.float32)
-    if not np.isfinite(arr).all():
-        bad = np.argwhere(~np.isfinite(arr))[0]
-        raise ValueError(f"{name} must be finite; found {arr[tuple(bad)]} at index {tuple(int(b) for b in bad)}")
-    norms = np.linalg.norm(arr, axis=-1, keepdims=True)
-    if (norms == 0).any():
-        zero = np.flatnonzero(norms.reshape(-1) == 0)
-        raise ValueError(f"{name} has zero-norm vectors at rows {zero[:10].tolist()}; cosine is undefined there")
-    return arr / norms
-
-
 def order(
     chunks_or_embeddings: Sequence[Chunk] | Sequence[str] | np.ndarray,
     query: str | np.ndarray | None = None,
@@ -130,7 +116,7 @@ def order(
         raise ValueError(f"method must be one of {METHODS}; got {method!r}")
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
-    x, q = _embeddings(chunks_or_embeddings, query, embedder, cache)
+    x, q = unit_vectors(chunks_or_embeddings, query, embedder, cache)
     timings["embed_s"] = time.perf_counter() - t0
     n, d = x.shape
     if root is not None and (not isinstance(root, (int, np.integer)) or not 0 <= root < n):
@@ -215,40 +201,3 @@ def _sparse_tree(x: np.ndarray, root: int, k: int | None, n_clusters: int | None
     params = {"k": k, "n_clusters": n_clusters, "probes": probes, "seed": seed,
               "forest_components": components, "joining_edges": int(j_src.size)}
     return parent, weight, params
-
-
-def _embeddings(items: Any, query: Any, embedder: Any, cache: Any) -> tuple[np.ndarray, np.ndarray | None]:
-    """Unit float32 chunk vectors (n, d) and the unit query vector (d,) or None."""
-    if isinstance(items, np.ndarray) or (len(items) and not isinstance(items[0], (str, Chunk))):
-        x = np.asarray(items)
-        if x.ndim != 2:
-            raise ValueError(f"embeddings must be a 2-D array (n, d); got shape {x.shape}")
-        texts = None
-    else:
-        texts = [c.text if isinstance(c, Chunk) else c for c in items]
-        for i, t in enumerate(texts):
-            if not isinstance(t, str):
-                raise TypeError(f"chunks[{i}] must be a Chunk or str; got {type(t).__name__}")
-        x = None
-    n = len(items)
-    if n == 0:
-        raise ValueError("need at least one chunk to order; got 0")
-    if texts is not None or isinstance(query, str):
-        if embedder is None:
-            from chunktree.models.embedder import Embedder
-
-            embedder = Embedder()
-        from chunktree.engine.embedding import embed_texts
-
-        if texts is not None:
-            x, _ = embed_texts(texts, embedder, cache)
-        if isinstance(query, str):
-            query = embedder.embed([query])[0]
-    x = _as_unit_rows(x, "embeddings")
-    q = None
-    if query is not None:
-        q = np.asarray(query)
-        if q.ndim != 1 or q.shape[0] != x.shape[1]:
-            raise ValueError(f"query must be a string or a vector of {x.shape[1]} dims; got shape {q.shape}")
-        q = _as_unit_rows(q[None, :], "query")[0]
-    return x, q

@@ -1,0 +1,95 @@
+"""MiniBatchKMeans against scikit-learn, and its estimator contract."""
+
+import numpy as np
+import pytest
+from sklearn.cluster import KMeans
+
+from chunktree import MiniBatchKMeans
+from chunktree.kernels.kmeans import assign
+
+
+def inertia(x, centers):
+    return float(assign(np.ascontiguousarray(x, np.float32), np.ascontiguousarray(centers, np.float32))[1]
+                 .sum(dtype=np.float64))
+
+
+@pytest.mark.parametrize("k", [10, 50])
+def test_inertia_within_2_percent_of_sklearn(sample_embeddings, k):
+    x = sample_embeddings
+    ours = MiniBatchKMeans(k, random_state=0).fit(x)
+    reference = KMeans(k, n_init=10, random_state=0).fit(x)
+    assert ours.inertia_ == pytest.approx(inertia(x, ours.cluster_centers_), rel=1e-5)
+    assert ours.inertia_ <= 1.02 * inertia(x, reference.cluster_centers_)
+
+
+def test_same_seed_same_output_and_contract(sample_embeddings):
+    x = sample_embeddings
+    a = MiniBatchKMeans(8, random_state=3).fit(x)
+    b = MiniBatchKMeans(8, random_state=3).fit(x)
+    np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
+    np.testing.assert_array_equal(a.labels_, b.labels_)
+    assert a.labels_.shape == (len(x),) and set(a.labels_.tolist()) <= set(range(8))
+    assert a.cluster_centers_.shape == (8, x.shape[1]) and a.cluster_centers_.dtype == np.float32
+    np.testing.assert_array_equal(a.predict(x), a.labels_)
+    assert a.n_steps_ >= 1 and a.n_iter_ >= 1
+
+
+def test_float64_gives_the_float32_result(sample_embeddings):
+    x = sample_embeddings[:500]
+    a = MiniBatchKMeans(5, random_state=0).fit(x)
+    b = MiniBatchKMeans(5, random_state=0).fit(x.astype(np.float64))
+    np.testing.assert_array_equal(a.labels_, b.labels_)
+
+
+def test_k_equals_1_and_n():
+    x = np.random.default_rng(0).standard_normal((40, 5)).astype(np.float32)
+    one = MiniBatchKMeans(1).fit(x)
+    np.testing.assert_allclose(one.cluster_centers_[0], x.mean(axis=0), atol=1e-5)
+    assert one.inertia_ == pytest.approx(((x - x.mean(axis=0)) ** 2).sum(), rel=1e-4)
+    every = MiniBatchKMeans(40).fit(x)
+    assert every.inertia_ == pytest.approx(0.0, abs=1e-4)  # float32 rounding of |x|^2 - 2x.c + |c|^2
+    assert sorted(every.labels_.tolist()) == list(range(40))
+
+
+def test_duplicate_points():
+    base = np.random.default_rng(1).standard_normal((4, 6)).astype(np.float32)
+    x = np.repeat(base, 30, axis=0)
+    m = MiniBatchKMeans(4, random_state=0).fit(x)
+    assert m.inertia_ == pytest.approx(0.0, abs=1e-5)
+    assert len(set(m.labels_.tolist())) == 4
+
+
+def test_partial_fit_then_predict():
+    rng = np.random.default_rng(2)
+    centres = 10 * rng.standard_normal((3, 4))
+    x = (centres[rng.integers(0, 3, 3000)] + rng.standard_normal((3000, 4))).astype(np.float32)
+    m = MiniBatchKMeans(3, random_state=0)
+    for batch in np.array_split(x, 30):
+        m.partial_fit(batch)
+    assert m.n_steps_ == 30
+    labels = m.predict(x)
+    # each true blob maps to one cluster
+    truth = np.argmin(((x[:, None, :] - centres[None]) ** 2).sum(axis=2), axis=1)
+    for t in range(3):
+        assert np.bincount(labels[truth == t]).max() >= 0.99 * (truth == t).sum()
+
+
+@pytest.mark.parametrize("kwargs, x, error, message", [
+    ({"n_clusters": 0}, np.ones((5, 2)), ValueError, "n_clusters must be a positive int; got 0"),
+    ({"n_clusters": 6}, np.ones((5, 2)), ValueError, r"n_clusters must be in \[1, n_samples=5\]; got 6"),
+    ({"n_clusters": 2, "batch_size": -1}, np.ones((5, 2)), ValueError, "batch_size must be a positive int"),
+    ({"n_clusters": 2, "refine": -1}, np.ones((5, 2)), ValueError, "refine must be an int >= 0"),
+    ({"n_clusters": 2}, np.array([[1.0, np.nan], [0, 1]]), ValueError, "X must be finite; found nan"),
+    ({"n_clusters": 2}, np.ones(5), ValueError, r"X must be a 2-D array \(n, d\); got shape \(5,\)"),
+])
+def test_bad_input(kwargs, x, error, message):
+    with pytest.raises(error, match=message):
+        MiniBatchKMeans(**kwargs).fit(x)
+
+
+def test_predict_errors():
+    with pytest.raises(ValueError, match="not fitted yet"):
+        MiniBatchKMeans(2).predict(np.ones((3, 2)))
+    m = MiniBatchKMeans(2).fit(np.random.default_rng(0).standard_normal((10, 3)))
+    with pytest.raises(ValueError, match="X has 2 features; the model was fitted with 3"):
+        m.predict(np.ones((3, 2)))

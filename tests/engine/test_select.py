@@ -1,0 +1,94 @@
+"""select(): coverage, representatives, K from a token budget or the elbow, provenance, errors."""
+
+import numpy as np
+import pytest
+
+from chunktree import Chunk, select
+
+
+def topics(n=300, d=24, k=6, seed=0):
+    rng = np.random.default_rng(seed)
+    truth = rng.integers(0, k, n)
+    x = 4 * rng.standard_normal((k, d))[truth] + rng.standard_normal((n, d))
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32), truth
+
+
+def test_every_chunk_in_exactly_one_cluster_and_nearest_representatives():
+    x, _ = topics()
+    r = select(x, 6, per_cluster=3)
+    members = np.concatenate([c.members for c in r.clusters])
+    assert sorted(members.tolist()) == list(range(300))  # coverage, no overlap
+    assert sum(c.size for c in r.clusters) == 300
+    for c in r.clusters:
+        assert r.labels[list(c.members)].tolist() == [c.id] * c.size
+        d = np.linalg.norm(x[list(c.members)] - r.centers[c.id], axis=1)
+        want = np.array(c.members)[np.lexsort((c.members, d))][:3]
+        assert list(c.representatives) == want.tolist()  # nearest to the centre, nearest first
+        np.testing.assert_allclose(c.distances, np.sort(d)[:3], atol=1e-5)
+    firsts = [min(c.representatives) for c in r.clusters]
+    assert firsts == sorted(firsts)  # document order
+    assert r.representatives == [i for c in r.clusters for i in c.representatives]
+
+
+def test_recovers_separated_topics():
+    x, truth = topics(seed=1)
+    r = select(x, 6)
+    assert {truth[c.representatives[0]] for c in r.clusters} == set(range(6))
+    for c in r.clusters:
+        assert len(set(truth[list(c.members)].tolist())) == 1
+
+
+def test_deterministic_per_seed():
+    x, _ = topics(seed=2)
+    a, b = select(x, 5, seed=4), select(x, 5, seed=4)
+    assert a.representatives == b.representatives
+    np.testing.assert_array_equal(a.labels, b.labels)
+
+
+def test_k_from_token_budget():
+    x, _ = topics(n=100, seed=3)
+    tokens = np.full(100, 200)
+    assert select(x, budget_tokens=2000, tokens=tokens).k == 10
+    assert select(x, budget_tokens=2000, tokens=tokens, per_cluster=2).k == 5
+    assert select(x, budget_tokens=10**9, tokens=tokens).k == 100
+
+
+def test_k_at_the_elbow():
+    x, _ = topics(n=600, k=6, seed=4)
+    r = select(x, "elbow")
+    assert 4 <= r.k <= 12
+    assert r.k in r.params["elbow_inertia"]
+
+
+def test_k_equals_n_and_one():
+    x, _ = topics(n=20, seed=5)
+    assert sorted(select(x, 20).representatives) == list(range(20))
+    (only,) = select(x, 1).clusters
+    assert only.size == 20
+
+
+def test_chunks_keep_provenance(embedder):
+    texts = ["Whales dive deep.", "The sperm whale hunts squid.", "Ships need sails.", "Sails catch the wind."]
+    chunks = [Chunk(id=i, text=t, source=f"doc{i}.txt", index=0, start=0, end=len(t)) for i, t in enumerate(texts)]
+    r = select(chunks, 2, embedder=embedder)
+    assert [c.chunks[0] for c in r.clusters] == [chunks[c.representatives[0]] for c in r.clusters]
+    by_topic = sorted(sorted(c.members) for c in r.clusters)
+    assert by_topic == [[0, 1], [2, 3]]
+    mean_tokens = np.mean([len(e.ids) for e in embedder.tokenizer.encode_batch(texts)])
+    assert select(chunks, budget_tokens=20, embedder=embedder).k == int(20 // mean_tokens)
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"k": 0}, r"k must be in \[1, n_chunks=50\]; got 0"),
+    ({"k": 51}, r"k must be in \[1, n_chunks=50\]; got 51"),
+    ({"k": "many"}, "k must be a positive int, 'elbow' or None; got 'many'"),
+    ({}, "give k"),
+    ({"budget_tokens": 100}, "needs tokens="),
+    ({"budget_tokens": 10, "tokens": np.full(50, 100)}, "below one representative"),
+    ({"budget_tokens": 100, "tokens": np.full(3, 10)}, "tokens must be 50 non-negative ints"),
+    ({"k": 3, "per_cluster": 0}, "per_cluster must be a positive int; got 0"),
+])
+def test_bad_input(kwargs, message):
+    x, _ = topics(n=50, seed=6)
+    with pytest.raises(ValueError, match=message):
+        select(x, **kwargs)
