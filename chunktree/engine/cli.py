@@ -78,6 +78,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--per-cluster", type=int, default=1, help="representatives per cluster (default %(default)s)")
     p.add_argument("--budget-tokens", type=int, default=None,
                    help="without -k: as many clusters as the representatives' tokens allow")
+    p.add_argument("--balance", action="store_true",
+                   help="give small topics a better chance of a cluster of their own")
     p.add_argument("--seed", type=int, default=0, help="K-means seed (default %(default)s)")
     p.add_argument("--format", choices=("text", "json", "jsonl"), default="text")
     p.set_defaults(func=cmd_select)
@@ -215,7 +217,7 @@ def cmd_select(args: argparse.Namespace) -> int:
     tokens = [len(e.ids) for e in embedder.tokenizer.encode_batch([c.text for c in chunks])] \
         if args.budget_tokens is not None else None
     result = select(vectors, k, per_cluster=args.per_cluster, budget_tokens=args.budget_tokens, tokens=tokens,
-                    seed=args.seed)
+                    balance=args.balance, seed=args.seed)
     select_s = time.perf_counter() - t0
     rows = []
     for cluster in result.clusters:

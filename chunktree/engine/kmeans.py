@@ -43,7 +43,7 @@ class MiniBatchKMeans:
     (mini-batch steps as whole passes, plus the Lloyd passes).
     """
 
-    def __init__(self, n_clusters: int = 8, *, batch_size: int = 1024, max_steps: int = 100, tol: float = 1e-4,
+    def __init__(self, n_clusters: int = 8, *, batch_size: int = 1024, max_steps: int = 50, tol: float = 1e-4,
                  max_no_improvement: int = 10, refine: int = 1, init_size: int | None = None,
                  n_init: int = 1, random_state: int | np.random.Generator | None = 0) -> None:
         self.n_clusters = n_clusters

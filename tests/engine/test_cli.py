@@ -90,3 +90,30 @@ def test_order_text_summary(tmp_path, corpus):
     assert r.returncode == 0, r.stderr
     assert "strategy dfs, method exact" in r.stdout and "first 3 of" in r.stdout
     assert "time: chunk" in r.stdout and "from cache" in r.stdout and "   3. #" in r.stdout
+
+
+def test_select_json(tmp_path, corpus):
+    r = run("select", str(corpus), "-k", "2", "--per-cluster", "2", "--format", "json",
+            "--cache", str(tmp_path / "c.sqlite"), "--chunk-tokens", "64", "--overlap", "0")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["k"] == 2 and len(doc["clusters"]) == 2
+    members = sorted(i for c in doc["clusters"] for i in c["members"])
+    assert members == list(range(doc["n_chunks"]))
+    for cluster in doc["clusters"]:
+        assert len(cluster["representatives"]) == min(2, cluster["size"])
+        for rep in cluster["representatives"]:
+            assert rep["id"] in cluster["members"]
+            assert open(rep["source"], encoding="utf-8").read()[rep["start"]:rep["end"]] == rep["text"]
+    ids = [rep["id"] for c in doc["clusters"] for rep in c["representatives"]]
+    assert len(set(ids)) == len(ids)
+
+
+@pytest.mark.parametrize("args, message", [
+    (["-k", "lots"], "-k must be an int or 'elbow'; got 'lots'"),
+    (["-k", "0"], "k must be in [1, n_chunks="),
+    ([], "give k"),
+])
+def test_select_errors(tmp_path, corpus, args, message):
+    r = run("select", str(corpus), *args, "--cache", str(tmp_path / "c.sqlite"))
+    assert r.returncode == 2 and message in r.stderr

@@ -92,3 +92,21 @@ def test_bad_input(kwargs, message):
     x, _ = topics(n=50, seed=6)
     with pytest.raises(ValueError, match=message):
         select(x, **kwargs)
+
+
+def test_balance_gives_small_topics_their_own_cluster():
+    rng = np.random.default_rng(7)
+    d = 24
+    centres = 6 * rng.standard_normal((5, d))
+    sizes = [600, 12, 12, 12, 12]  # one dominant topic, four small ones
+    truth = np.repeat(np.arange(5), sizes)
+    x = centres[truth] + rng.standard_normal((len(truth), d))
+    x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+    for seed in range(3):
+        r = select(x, 5, balance=True, seed=seed)
+        assert {int(truth[c.representatives[0]]) for c in r.clusters} == set(range(5))
+        members = sorted(i for c in r.clusters for i in c.members)
+        assert members == list(range(len(truth)))
+        for c in r.clusters:  # representatives still nearest their centre
+            d_all = np.linalg.norm(x[list(c.members)] - r.centers[c.id], axis=1)
+            assert c.distances[0] == pytest.approx(d_all.min(), abs=1e-5)

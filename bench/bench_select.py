@@ -1,0 +1,113 @@
+"""K-means speed and inertia: chunktree's MiniBatchKMeans against scikit-learn's MiniBatchKMeans,
+faiss.Kmeans (with the assignment of every point, which select needs) and scikit-learn's KMeans
+(the quality reference), all in the same run, inertia recomputed the same way for every method.
+
+    python -m pytest bench/bench_select.py
+
+Goals: faster than faiss.Kmeans; inertia no worse than scikit-learn KMeans + 1%; >= 3x faster than
+scikit-learn MiniBatchKMeans.
+"""
+
+import time
+
+import numpy as np
+import pytest
+from conftest import summary
+from synthetic import clustered_unit_vectors
+
+from chunktree import MiniBatchKMeans
+from chunktree.kernels.kmeans import assign
+
+CASES = [(20000, 10), (20000, 100), (100000, 10), (100000, 100)]
+SEEDS = (0, 1, 2)
+
+
+def inertia(x, centers):
+    return float(assign(x, np.ascontiguousarray(centers, dtype=np.float32))[1].sum(dtype=np.float64))
+
+
+def ours(x, k, seed):
+    m = MiniBatchKMeans(k, random_state=seed).fit(x)
+    return m.cluster_centers_, m.labels_
+
+
+def faiss_kmeans(x, k, seed):
+    import faiss
+
+    km = faiss.Kmeans(x.shape[1], k, niter=25, seed=seed)
+    km.train(x)
+    _, labels = km.index.search(x, 1)
+    return km.centroids, labels[:, 0]
+
+
+def sklearn_minibatch(x, k, seed):
+    from sklearn.cluster import MiniBatchKMeans as SkMiniBatchKMeans
+
+    m = SkMiniBatchKMeans(k, random_state=seed, n_init=3, batch_size=1024).fit(x)
+    return m.cluster_centers_, m.labels_
+
+
+def sklearn_kmeans(x, k, seed):
+    from sklearn.cluster import KMeans
+
+    m = KMeans(k, random_state=seed).fit(x)
+    return m.cluster_centers_, m.labels_
+
+
+METHODS = {"chunktree": ours, "faiss": faiss_kmeans, "sklearn_minibatch": sklearn_minibatch,
+           "sklearn_kmeans": sklearn_kmeans}
+
+
+@pytest.fixture(scope="module")
+def datasets():
+    return {n: clustered_unit_vectors(n, seed=n) for n in {n for n, _ in CASES}}
+
+
+@pytest.mark.parametrize("n, k", CASES)
+@pytest.mark.parametrize("method", list(METHODS))
+def test_kmeans(benchmark, results, datasets, method, n, k):
+    pytest.importorskip("sklearn")
+    x = datasets[n]
+    fn = METHODS[method]
+    fn(x[:2000], min(k, 50), 0)  # compile / warm up
+    times, inertias = [], []
+    for seed in SEEDS:
+        t = time.perf_counter()
+        centers, labels = fn(x, k, seed)
+        times.append(time.perf_counter() - t)
+        inertias.append(inertia(x, centers))
+        assert labels.shape == (n,)
+    benchmark.pedantic(fn, args=(x, k, SEEDS[0]), rounds=1, iterations=1)
+    row = {"median_s": float(np.median(times)), "inertia": float(np.mean(inertias))}
+    results["select"][(method, n, k)] = row
+    benchmark.extra_info.update(row)
+
+
+@summary
+def select_summary(results):
+    r = results.get("select", {})
+    lines = []
+    for n, k in CASES:
+        mine = r.get(("chunktree", n, k))
+        if not mine:
+            continue
+        parts = [f"k-means n={n} k={k}: chunktree {mine['median_s']:.3f} s, inertia {mine['inertia']:.1f}"]
+        for other in ("faiss", "sklearn_minibatch", "sklearn_kmeans"):
+            row = r.get((other, n, k))
+            if row:
+                parts.append(f"{other} {row['median_s']:.3f} s ({row['median_s'] / mine['median_s']:.2f}x ours), "
+                             f"inertia {row['inertia']:.1f}")
+        ref = r.get(("sklearn_kmeans", n, k))
+        goals = []
+        if ref:
+            excess = mine["inertia"] / ref["inertia"] - 1
+            goals.append(f"inertia vs KMeans {100 * excess:+.2f}% ({'met' if excess <= 0.01 else 'NOT met'})")
+        for other, need, label in (("faiss", 1.0, "faster than faiss"), ("sklearn_minibatch", 3.0, ">= 3x sklearn MB")):
+            row = r.get((other, n, k))
+            if row:
+                ok = row["median_s"] / mine["median_s"] >= need
+                goals.append(f"{label}: {'met' if ok else 'NOT met'}")
+        lines.append(" | ".join(parts))
+        if goals:
+            lines.append("    goals: " + "; ".join(goals))
+    return lines
