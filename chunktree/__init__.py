@@ -5,11 +5,14 @@ from chunktree.engine.chunking import Chunk, chunk_documents
 from chunktree.engine.documents import Document, DocumentError, read_paths, sample_documents
 from chunktree.engine.embedding import EmbedStats, embed_texts
 from chunktree.engine.kmeans import MiniBatchKMeans
+from chunktree.engine.llm import ChatClient, LLMError
 from chunktree.engine.order import OrderResult, order
+from chunktree.engine.read import ReadResult, read
 from chunktree.engine.select import Cluster, SelectResult, select
 from chunktree.models.embedder import Embedder
 
 __all__ = [
+    "ChatClient",
     "Chunk",
     "Cluster",
     "Document",
@@ -17,12 +20,15 @@ __all__ = [
     "EmbedStats",
     "Embedder",
     "EmbeddingCache",
+    "LLMError",
     "MiniBatchKMeans",
     "OrderResult",
+    "ReadResult",
     "SelectResult",
     "chunk_documents",
     "embed_texts",
     "order",
+    "read",
     "read_paths",
     "sample_documents",
     "select",

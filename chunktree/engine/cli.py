@@ -15,12 +15,13 @@ import numpy as np
 
 from chunktree.engine.chunking import DEFAULT_CHUNK_TOKENS, DEFAULT_OVERLAP_TOKENS, chunk_documents
 from chunktree.engine.documents import DocumentError, read_paths, sample_documents
+from chunktree.engine.llm import LLMError
 from chunktree.engine.order import EXACT_MAX_N, METHODS, STRATEGIES
 from chunktree.models.embedder import DEFAULT_BATCH_SIZE
 from chunktree.models.registry import DEFAULT_MODEL, ModelNotInstalledError
 
 
-def _add_corpus_args(p: argparse.ArgumentParser) -> None:
+def _add_corpus_args(p: argparse.ArgumentParser, model_flag: str = "--model") -> None:
     p.add_argument("paths", nargs="*", metavar="PATH",
                    help="files or folders (.txt .md .pdf .html .jsonl)")
     p.add_argument("--sample", action="store_true",
@@ -29,8 +30,8 @@ def _add_corpus_args(p: argparse.ArgumentParser) -> None:
                    help="tokens per chunk, special tokens included (default %(default)s)")
     p.add_argument("--overlap", type=int, default=DEFAULT_OVERLAP_TOKENS,
                    help="tokens shared by consecutive chunks (default %(default)s)")
-    p.add_argument("--model", default=DEFAULT_MODEL.name,
-                   help="model name or an .onnx file from 'chunktree export' (default %(default)s)")
+    p.add_argument(model_flag, dest="model", default=DEFAULT_MODEL.name,
+                   help="embedding model name or an .onnx file from 'chunktree export' (default %(default)s)")
     p.add_argument("--threads", type=int, default=None, help="onnxruntime threads (default: all cores)")
     p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
                    help="texts per forward pass (default %(default)s)")
@@ -84,6 +85,37 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("text", "json", "jsonl"), default="text")
     p.set_defaults(func=cmd_select)
 
+    p = sub.add_parser("read", help="answer a question with a Chain-of-Agents reader over the ordered chunks",
+                       description="Chunk and embed the inputs, order them, and let worker agents pass a bounded "
+                                   "memory along the order; a manager answers. Workers are an OpenAI-compatible LLM "
+                                   "(--llm-base-url, --model) or the offline extractive reader (--extractive).")
+    _add_corpus_args(p, model_flag="--embed-model")
+    p.add_argument("-q", "--query", default=None, help="the question (without one: a summary)")
+    p.add_argument("--order", choices=STRATEGIES, default="bfs", help="reading order (default %(default)s)")
+    who = p.add_mutually_exclusive_group(required=True)
+    who.add_argument("--extractive", action="store_true", help="the offline extractive reader (no LLM)")
+    who.add_argument("--llm-base-url", default=None,
+                     help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8080/v1 (or CHUNKTREE_LLM_BASE_URL)")
+    p.add_argument("--model", dest="llm_model", default=None, help="LLM model name (or CHUNKTREE_LLM_MODEL)")
+    p.add_argument("--memory-tokens", type=int, default=512, help="memory budget (default %(default)s)")
+    p.add_argument("--window-tokens", type=int, default=4096, help="LLM context window (default %(default)s)")
+    p.add_argument("--trace", type=Path, default=None, help="write one JSON line per worker step here")
+    p.set_defaults(func=cmd_read)
+
+    p = sub.add_parser("eval-order", help="measure how much gold evidence each order keeps (SQuAD-format data)",
+                       description="For every question of a SQuAD-format file, read the article's paragraphs with "
+                                   "the extractive reader under each order and report evidence retention, gold "
+                                   "position and the distance between answer-bearing paragraphs.")
+    p.add_argument("data", type=Path, metavar="DATA.json")
+    p.add_argument("--budget", type=float, default=0.1, help="memory as a fraction of each article (default %(default)s)")
+    p.add_argument("--articles", type=int, default=None, help="only the first N articles")
+    p.add_argument("--seed", type=int, default=0, help="seed of the random order (default %(default)s)")
+    p.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
+    cache = p.add_mutually_exclusive_group()
+    cache.add_argument("--cache", type=Path, default=None, help="embedding cache file")
+    cache.add_argument("--no-cache", action="store_true", help="do not use the embedding cache")
+    p.set_defaults(func=cmd_eval_order)
+
     p = sub.add_parser("export", help="convert a local BERT-family model to ONNX (needs chunktree[export])",
                        description="Convert a sentence-transformers / Hugging Face BERT-family model folder to a "
                                    "self-describing ONNX file usable as --model, checked against the original.")
@@ -103,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     try:
         return int(args.func(args) or 0)
-    except (DocumentError, ModelNotInstalledError, ValueError, TypeError) as exc:
+    except (DocumentError, ModelNotInstalledError, LLMError, ValueError, TypeError) as exc:
         print(f"chunktree {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # the reader closed the pipe (`| head`): stop quietly
@@ -249,6 +281,58 @@ def cmd_select(args: argparse.Namespace) -> int:
                 snippet = snippet[:100] + ("…" if len(snippet) > 100 else "")
                 print(f"   #{rep['id']} {rep['source']} [{rep['start']}:{rep['end']}]{heading} "
                       f"distance {rep['distance']:.3f}\n      {snippet}")
+    return 0
+
+
+def cmd_read(args: argparse.Namespace) -> int:
+    from chunktree.engine.read import read
+
+    embedder, chunks, chunk_s = _load_chunks(args)
+    cache = _open_cache(args)
+    llm = None
+    if not args.extractive:
+        from chunktree.engine.llm import ChatClient
+
+        llm = ChatClient(args.llm_base_url, args.llm_model)
+    t0 = time.perf_counter()
+    result = read(chunks, args.query, order=args.order, llm=llm, memory_tokens=args.memory_tokens,
+                  window_tokens=args.window_tokens, embedder=embedder, cache=cache, trace=args.trace,
+                  progress=sys.stderr.isatty())
+    read_s = time.perf_counter() - t0
+    who = "extractive reader" if llm is None else f"LLM {llm.model} at {llm.base_url}"
+    print(f"{len(chunks)} chunks, order {args.order}, {len(result.steps)} worker steps ({who}), "
+          f"{len(result.failures)} failed; chunk {chunk_s:.2f} s, read {read_s:.2f} s")
+    print(f"\nanswer:\n{result.answer}")
+    evidence = result.memory.get("evidence", [])
+    if evidence:
+        print("\nevidence in memory:")
+        for item in evidence[:10]:
+            i = item.get("chunk")
+            c = chunks[i] if isinstance(i, int) and 0 <= i < len(chunks) else None
+            start, end = (item["start"], item["end"]) if "start" in item else (c.start, c.end) if c else (None, None)
+            where = f"#{i} {c.source} [{start}:{end}]" if c else f"#{i}"
+            print(f"  {where}: {' '.join(str(item.get('quote', '')).split())[:120]}")
+    if args.trace:
+        print(f"\ntrace: {args.trace}")
+    return 0
+
+
+def cmd_eval_order(args: argparse.Namespace) -> int:
+    from chunktree.engine.evaluate import evaluate_orders, format_table, load_squad
+    from chunktree.models.embedder import Embedder
+
+    articles = load_squad(args.data)
+    if args.articles is not None:
+        if args.articles < 1:
+            raise ValueError(f"--articles must be >= 1; got {args.articles}")
+        articles = articles[:args.articles]
+    embedder = Embedder()
+    result = evaluate_orders(articles, embedder, _open_cache(args), budget=args.budget, seed=args.seed,
+                             progress=sys.stderr.isatty())
+    print(format_table(result))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1), encoding="utf-8")
+        print(f"\nwrote {args.json}")
     return 0
 
 

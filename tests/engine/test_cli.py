@@ -117,3 +117,61 @@ def test_select_json(tmp_path, corpus):
 def test_select_errors(tmp_path, corpus, args, message):
     r = run("select", str(corpus), *args, "--cache", str(tmp_path / "c.sqlite"))
     assert r.returncode == 2 and message in r.stderr
+
+
+def test_read_extractive(tmp_path, corpus):
+    trace = tmp_path / "trace.jsonl"
+    r = run("read", str(corpus), "--query", "How deep does the whale dive?", "--extractive", "--memory-tokens", "40",
+            "--trace", str(trace), "--cache", str(tmp_path / "c.sqlite"), "--chunk-tokens", "64")
+    assert r.returncode == 0, r.stderr
+    assert "worker steps (extractive reader), 0 failed" in r.stdout and "answer:" in r.stdout
+    assert "The sperm whale dives deep" in r.stdout
+    steps = [json.loads(line) for line in trace.read_text().splitlines()]
+    assert steps and all(s["memory_tokens"] <= 40 for s in steps)
+
+
+def test_read_with_llm_server(tmp_path, corpus):
+    from llm_server import LLMServer
+
+    with LLMServer() as server:
+        r = run("read", str(corpus), "--query", "q", "--llm-base-url", server.base_url, "--model", "memory",
+                "--order", "document", "--cache", str(tmp_path / "c.sqlite"), "--chunk-tokens", "64")
+    assert r.returncode == 0, r.stderr
+    assert "answer:\nANSWER: seen 0," in r.stdout and "0 failed" in r.stdout
+
+
+def test_read_llm_error_is_one_line(tmp_path, corpus):
+    from llm_server import LLMServer
+
+    with LLMServer() as server:
+        r = run("read", str(corpus), "-q", "q", "--llm-base-url", server.base_url, "--model", "400",
+                "--cache", str(tmp_path / "c.sqlite"))
+    assert r.returncode == 2 and "rejected the request" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_eval_order_on_a_tiny_squad_file(tmp_path):
+    paragraphs = [
+        "The harbour of Nantucket was busy. Ships left every week for the Pacific.",
+        "Whalers hunted the sperm whale for its oil. The oil lit the lamps of many cities.",
+        "Ahab lost his leg to a white whale. He swore revenge on the whale named Moby Dick.",
+    ]
+    qas = [{"id": "q1", "question": "What did Ahab lose?", "answers": [{"text": "his leg", "answer_start": 10}]},
+           {"id": "q2", "question": "What lit the lamps?", "answers": [{"text": "The oil", "answer_start": 44}]}]
+    data = {"data": [{"title": "t", "paragraphs": [
+        {"context": paragraphs[0], "qas": []}, {"context": paragraphs[1], "qas": [qas[1]]},
+        {"context": paragraphs[2], "qas": [qas[0]]}]}]}
+    assert paragraphs[2][10:17] == "his leg" and paragraphs[1][44:51] == "The oil"
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps(data))
+    out = tmp_path / "result.json"
+    r = run("eval-order", str(path), "--budget", "1.0", "--json", str(out), "--cache", str(tmp_path / "c.sqlite"))
+    assert r.returncode == 0, r.stderr
+    result = json.loads(out.read_text())
+    assert result["questions"] == 2
+    for name, m in result["orders"].items():
+        assert m["retained"]["mean"] == 1.0  # the whole article fits the memory: nothing is lost
+    # document order: gold paragraphs 2 and 1 of 3 sit at positions 1.0 and 0.5
+    assert result["orders"]["document"]["gold_position"]["mean"] == pytest.approx(0.75)
+    assert "| bfs |" in r.stdout
+    bad = run("eval-order", str(path), "--budget", "0")
+    assert bad.returncode == 2 and "budget must be a fraction" in bad.stderr

@@ -1,0 +1,78 @@
+"""The chat-completions client against a real HTTP server on loopback."""
+
+import time
+
+import pytest
+from llm_server import LLMServer
+
+from chunktree.engine.llm import ChatClient, LLMError
+
+MESSAGES = [{"role": "system", "content": "You are the manager agent."},
+            {"role": "user", "content": 'Question: q\n\nMemory: {"conclusion": "c", "open_questions": [], "evidence": []}'}]
+
+
+@pytest.fixture
+def server():
+    with LLMServer() as s:
+        yield s
+
+
+def test_normal_reply_and_request_shape(server):
+    client = ChatClient(server.base_url, "memory", api_key="secret", backoff=0)
+    reply = client.complete(MESSAGES, max_tokens=50)
+    assert reply.text == "ANSWER: c" and reply.prompt_tokens == 10 and reply.completion_tokens == 5
+    (req,) = server.requests
+    assert req["path"] == "/v1/chat/completions" and req["auth"] == "Bearer secret"
+    assert req["body"]["model"] == "memory" and req["body"]["messages"] == MESSAGES
+    assert req["body"]["max_tokens"] == 50 and req["body"]["temperature"] == 0.0
+
+
+def test_settings_from_environment(server, monkeypatch):
+    monkeypatch.setenv("CHUNKTREE_LLM_BASE_URL", server.base_url)
+    monkeypatch.setenv("CHUNKTREE_LLM_MODEL", "memory")
+    monkeypatch.setenv("OPENAI_API_KEY", "from-env")
+    assert ChatClient().complete(MESSAGES).text == "ANSWER: c"
+    assert server.requests[0]["auth"] == "Bearer from-env"
+
+
+def test_429_is_retried(server):
+    reply = ChatClient(server.base_url, "429-once", backoff=5).complete(MESSAGES)  # Retry-After: 0 wins
+    assert reply.text == "ANSWER: c" and len(server.requests) == 2
+
+
+def test_500_until_failure(server):
+    with pytest.raises(LLMError, match="failed after 3 attempts; last: HTTP 500"):
+        ChatClient(server.base_url, "500", retries=2, backoff=0.01).complete(MESSAGES)
+    assert len(server.requests) == 3
+
+
+def test_other_4xx_is_not_retried(server):
+    with pytest.raises(LLMError, match="rejected the request.*HTTP 400.*bad request"):
+        ChatClient(server.base_url, "400", retries=3, backoff=0.01).complete(MESSAGES)
+    assert len(server.requests) == 1
+
+
+def test_body_that_is_not_json(server):
+    with pytest.raises(LLMError, match="not a chat completion"):
+        ChatClient(server.base_url, "body-not-json").complete(MESSAGES)
+
+
+def test_timeout(server):
+    t0 = time.perf_counter()
+    with pytest.raises(LLMError, match="failed after 2 attempts; last: ReadTimeout"):
+        ChatClient(server.base_url, "slow", timeout=0.3, retries=1, backoff=0.01).complete(MESSAGES)
+    assert time.perf_counter() - t0 < 2.0
+
+
+def test_connection_refused():
+    with pytest.raises(LLMError, match="ConnectError"):
+        ChatClient("http://127.0.0.1:9/v1", "memory", retries=0).complete(MESSAGES)
+
+
+def test_missing_settings(monkeypatch):
+    for name in ("CHUNKTREE_LLM_BASE_URL", "OPENAI_BASE_URL", "CHUNKTREE_LLM_MODEL"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(ValueError, match="base_url is required"):
+        ChatClient(model="m")
+    with pytest.raises(ValueError, match="model is required"):
+        ChatClient("http://127.0.0.1:1/v1")

@@ -1,0 +1,118 @@
+"""The Chain-of-Agents reader: LLM workers over a loopback server, and the extractive worker."""
+
+import json
+
+import pytest
+from llm_server import LLMServer
+
+from chunktree import Chunk
+from chunktree.engine.llm import ChatClient
+from chunktree.engine.read import keep_best, parse_memory, read
+
+TEXTS = [f"Paragraph {i}. " + "The whale swam past the ship near the island. " * (3 + i % 4) for i in range(12)]
+
+
+@pytest.fixture
+def server():
+    with LLMServer() as s:
+        yield s
+
+
+def test_workers_pass_memory_along_the_order(server, embedder, tmp_path):
+    client = ChatClient(server.base_url, "memory", backoff=0)
+    order = [3, 1, 4, 0, 5, 9, 2, 6, 8, 7, 10, 11]
+    r = read(TEXTS, "Where did the whale swim?", order=order, llm=client, embedder=embedder,
+             memory_tokens=2000, window_tokens=8000, trace=tmp_path / "trace.jsonl")
+    assert r.order == order and not r.failures
+    assert [i for s in r.steps for i in s.chunks] == order  # every chunk read once, in order
+    assert r.answer == "ANSWER: seen " + ",".join(map(str, order))
+    lines = [json.loads(x) for x in (tmp_path / "trace.jsonl").read_text().splitlines()]
+    assert [x["chunks"] for x in lines] == [s.chunks for s in r.steps]
+    assert all(x["ok"] and x["prompt_tokens"] > 0 for x in lines)
+
+
+def test_window_is_never_exceeded(server, embedder):
+    client = ChatClient(server.base_url, "memory", backoff=0)
+    window, memory = 600, 64
+    r = read(TEXTS, "Where?", order="document", llm=client, embedder=embedder, memory_tokens=memory,
+             window_tokens=window)
+    assert len(r.steps) > 1  # packing had to split the text over several calls
+    for req in server.requests[:-1]:  # worker calls
+        prompt = sum(len(embedder.tokenizer.encode(m["content"], add_special_tokens=False).ids)
+                     for m in req["body"]["messages"])
+        assert prompt + memory <= window
+    for step in r.steps:
+        assert step.memory_tokens <= memory  # the growing memory was cut to its budget
+
+
+def test_long_chunk_is_split_to_fit(server, embedder):
+    client = ChatClient(server.base_url, "memory", backoff=0)
+    long_text = "A long sentence about whales and the sea. " * 200
+    r = read([long_text, "short"], "q", order=[0, 1], llm=client, embedder=embedder, memory_tokens=32,
+             window_tokens=400)
+    assert [i for s in r.steps for i in s.chunks].count(0) > 1
+    assert r.steps[-1].chunks[-1] == 1
+
+
+def test_malformed_reply_is_retried_once(server, embedder):
+    r = read(TEXTS[:3], "q", order=[0, 1, 2], llm=ChatClient(server.base_url, "malformed-once", backoff=0),
+             embedder=embedder, memory_tokens=500, window_tokens=8000)
+    assert not r.failures and all(s.attempts == 2 for s in r.steps)
+    assert r.answer == "ANSWER: seen 0,1,2"
+
+
+def test_malformed_twice_keeps_previous_memory(server, embedder):
+    r = read(TEXTS[:2], "q", order=[0, 1], llm=ChatClient(server.base_url, "malformed", backoff=0),
+             embedder=embedder, memory_tokens=500, window_tokens=8000)
+    assert len(r.failures) == len(r.steps) == 1 and r.steps[0].attempts == 2
+    assert "malformed reply" in r.steps[0].error
+    assert r.memory == {"conclusion": "", "open_questions": [], "evidence": []}
+    assert len(server.requests) == 3  # two worker attempts, then the manager
+
+
+def test_parse_memory():
+    assert parse_memory('```json\n{"conclusion": "x", "open_questions": [], "evidence": []}\n```')["conclusion"] == "x"
+    with pytest.raises(ValueError):
+        parse_memory("no json here")
+    with pytest.raises(ValueError):
+        parse_memory('{"conclusion": 3}')
+
+
+def test_keep_best_is_order_dependent():
+    # budget 10: h (0.9, 8 tokens) evicts x (0.5, 3) first; g (0.95, 5) then evicts h, but x is gone.
+    h, x, g = (0.9, 8, 1), (0.5, 3, 2), (0.95, 5, 3)
+    first = keep_best([h, x], 10)
+    assert first == [h]
+    assert keep_best(first + [g], 10) == [g]
+    assert keep_best([h, x, g], 10) == [g, x]  # seeing everything at once keeps x
+
+
+def test_extractive_reader(embedder):
+    chunks = [Chunk(id=i, text=t, source="doc.txt", index=i, start=100 * i, end=100 * i + len(t))
+              for i, t in enumerate(["Ships carry cargo. The harbour was quiet.",
+                                     "The blue whale is the largest animal. It eats krill.",
+                                     "Sailors sing songs at night."])]
+    r = read(chunks, "What is the largest animal?", order="document", embedder=embedder, memory_tokens=16)
+    best = r.memory["evidence"][0]
+    assert best["quote"] == "The blue whale is the largest animal."
+    assert (best["source"], best["start"], best["end"]) == ("doc.txt", 100, 100 + len(best["quote"]))
+    assert sum(len(embedder.tokenizer.encode(e["quote"], add_special_tokens=False).ids)
+               for e in r.memory["evidence"]) <= 16
+    again = read(chunks, "What is the largest animal?", order="document", embedder=embedder, memory_tokens=16)
+    assert again.memory == r.memory  # deterministic
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"order": [0, 0]}, "distinct chunk indices"),
+    ({"order": [5]}, "distinct chunk indices"),
+    ({"memory_tokens": 4}, "memory_tokens must be >= 16"),
+])
+def test_bad_input(embedder, kwargs, message):
+    with pytest.raises(ValueError, match=message):
+        read(["a", "b"], "q", embedder=embedder, **kwargs)
+
+
+def test_window_too_small(server, embedder):
+    with pytest.raises(ValueError, match="window_tokens=300 leaves"):
+        read(["a"], "q", llm=ChatClient(server.base_url, "memory"), embedder=embedder, memory_tokens=200,
+             window_tokens=300)
