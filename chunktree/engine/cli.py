@@ -116,6 +116,23 @@ def build_parser() -> argparse.ArgumentParser:
     cache.add_argument("--no-cache", action="store_true", help="do not use the embedding cache")
     p.set_defaults(func=cmd_eval_order)
 
+    p = sub.add_parser("serve", help="run the HTTP service (OpenAI-compatible embeddings, order, select)",
+                       description="Serve POST /v1/embeddings (OpenAI API shape), /v1/order and /v1/select, "
+                                   "GET /health and /metrics, with micro-batching of concurrent requests.")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s: loopback only)")
+    p.add_argument("--port", type=int, default=8000, help="port (default %(default)s)")
+    p.add_argument("--model", default=DEFAULT_MODEL.name, help="embedding model name or .onnx file")
+    p.add_argument("--threads", type=int, default=None, help="onnxruntime threads (default: all cores)")
+    p.add_argument("--api-key-env", default=None, metavar="NAME",
+                   help="require 'Authorization: Bearer <key>' with the key read from this environment variable")
+    p.add_argument("--max-batch", type=int, default=32, help="texts per model call (default %(default)s)")
+    p.add_argument("--max-wait-ms", type=float, default=2.0,
+                   help="how long a request waits to be batched with others (default %(default)s)")
+    p.add_argument("--no-batching", action="store_true", help="one model call per request")
+    p.add_argument("--max-texts", type=int, default=256, help="texts per request (default %(default)s)")
+    p.add_argument("--max-queue", type=int, default=4096, help="texts waiting before 503 (default %(default)s)")
+    p.set_defaults(func=cmd_serve)
+
     p = sub.add_parser("export", help="convert a local BERT-family model to ONNX (needs chunktree[export])",
                        description="Convert a sentence-transformers / Hugging Face BERT-family model folder to a "
                                    "self-describing ONNX file usable as --model, checked against the original.")
@@ -135,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     try:
         return int(args.func(args) or 0)
-    except (DocumentError, ModelNotInstalledError, LLMError, ValueError, TypeError) as exc:
+    except (DocumentError, ModelNotInstalledError, LLMError, ImportError, ValueError, TypeError) as exc:
         print(f"chunktree {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # the reader closed the pipe (`| head`): stop quietly
@@ -333,6 +350,33 @@ def cmd_eval_order(args: argparse.Namespace) -> int:
     if args.json:
         args.json.write_text(json.dumps(result, indent=1), encoding="utf-8")
         print(f"\nwrote {args.json}")
+    return 0
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+    except ImportError as exc:
+        raise ImportError("chunktree serve needs the service extra: pip install 'chunktree[serve]'") from exc
+    from chunktree.engine.serve import Limits, create_app
+    from chunktree.models.embedder import Embedder
+
+    api_key = None
+    if args.api_key_env:
+        api_key = os.environ.get(args.api_key_env)
+        if not api_key:
+            raise ValueError(f"--api-key-env {args.api_key_env}: that environment variable is not set or empty")
+    for name in ("max_batch", "max_texts", "max_queue"):
+        if getattr(args, name) < 1:
+            raise ValueError(f"--{name.replace('_', '-')} must be >= 1; got {getattr(args, name)}")
+    limits = Limits(max_texts=args.max_texts, max_queue=args.max_queue, max_batch=args.max_batch,
+                    max_wait_ms=args.max_wait_ms, batching=not args.no_batching)
+    embedder = Embedder(args.model, threads=args.threads)
+    app = create_app(embedder, api_key=api_key, limits=limits)
+    print(f"chunktree serve: {embedder.model_id} on http://{args.host}:{args.port} "
+          f"(batching {'off' if args.no_batching else f'<= {args.max_batch} texts, {args.max_wait_ms} ms'}"
+          f"{', API key required' if api_key else ''})", flush=True)
+    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
 
 

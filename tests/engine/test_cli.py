@@ -175,3 +175,39 @@ def test_eval_order_on_a_tiny_squad_file(tmp_path):
     assert "| bfs |" in r.stdout
     bad = run("eval-order", str(path), "--budget", "0")
     assert bad.returncode == 2 and "budget must be a fraction" in bad.stderr
+
+
+def test_serve_answers_an_openai_client(tmp_path, embedder):
+    import os
+    import socket
+    import time
+
+    import httpx
+    from openai import OpenAI
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {**os.environ, "MY_KEY": "k123"}
+    proc = subprocess.Popen([sys.executable, "-m", "chunktree", "serve", "--port", str(port), "--api-key-env", "MY_KEY"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        client = OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="k123")
+        reply = client.embeddings.create(model="all-MiniLM-L6-v2", input=["Call me Ishmael."])
+        np.testing.assert_allclose(reply.data[0].embedding, embedder.embed(["Call me Ishmael."])[0], atol=1e-5)
+    finally:
+        proc.terminate()
+        out, _ = proc.communicate(timeout=30)
+    assert f"on http://127.0.0.1:{port}" in out and "API key required" in out
+
+
+def test_serve_without_the_key_variable_is_an_error():
+    r = run("serve", "--api-key-env", "CHUNKTREE_SURELY_UNSET_VARIABLE")
+    assert r.returncode == 2 and "CHUNKTREE_SURELY_UNSET_VARIABLE" in r.stderr

@@ -1,0 +1,166 @@
+"""The HTTP service, started for real on a loopback port and spoken to over HTTP."""
+
+import asyncio
+import base64
+import socket
+import threading
+import time
+
+import httpx
+import numpy as np
+import pytest
+import uvicorn
+
+from chunktree import order, select
+from chunktree.engine.serve import Limits, create_app
+
+SENTENCES = ["The whale surfaced near the ship.", "Ahab paced the quarter-deck all night.",
+             "Oil casks filled the hold.", "The white whale was seen again at dawn."]
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Served:
+    def __init__(self, app):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error"))
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(self.url + "/health").status_code == 200:
+                    return self
+            except httpx.TransportError:
+                pass
+            time.sleep(0.05)
+        raise RuntimeError("server did not become healthy")
+
+    def __exit__(self, *exc):
+        self.server.should_exit = True
+        self.thread.join(10)
+
+
+@pytest.fixture(scope="module")
+def service(embedder):
+    limits = Limits(max_texts=8, max_chars=500, max_body=20_000, max_queue=64)
+    with Served(create_app(embedder, limits=limits)) as s:
+        yield s
+
+
+def test_openai_client_embeddings_equal_in_process(service, embedder):
+    from openai import OpenAI
+
+    client = OpenAI(base_url=service.url + "/v1", api_key="unused")
+    reply = client.embeddings.create(model="all-MiniLM-L6-v2", input=SENTENCES)  # base64 on the wire
+    got = np.array([d.embedding for d in reply.data], dtype=np.float32)
+    np.testing.assert_allclose(got, embedder.embed(SENTENCES), atol=1e-5)
+    assert [d.index for d in reply.data] == [0, 1, 2, 3]
+    assert reply.usage.prompt_tokens == sum(len(e.ids) for e in embedder.tokenizer.encode_batch(SENTENCES))
+    single = client.embeddings.create(model="x", input="Call me Ishmael.", encoding_format="float")
+    np.testing.assert_allclose(single.data[0].embedding, embedder.embed(["Call me Ishmael."])[0], atol=1e-5)
+
+
+def test_base64_is_little_endian_float32(service, embedder):
+    r = httpx.post(service.url + "/v1/embeddings", json={"input": ["abc"], "encoding_format": "base64"})
+    v = np.frombuffer(base64.b64decode(r.json()["data"][0]["embedding"]), dtype="<f4")
+    np.testing.assert_allclose(v, embedder.embed(["abc"])[0], atol=1e-6)
+
+
+def test_order_equals_library(service, embedder):
+    q = "Where is the white whale?"
+    r = httpx.post(service.url + "/v1/order", json={"texts": SENTENCES, "query": q, "strategy": "dfs"})
+    assert r.status_code == 200
+    doc = r.json()
+    want = order(embedder.embed(SENTENCES), embedder.embed([q])[0], strategy="dfs")
+    assert doc["order"] == want.order.tolist() and doc["root"] == want.root
+    assert doc["tree_weight"] == pytest.approx(want.tree_weight, rel=1e-5)
+    assert [c["id"] for c in doc["chunks"]] == doc["order"] and doc["chunks"][0]["parent"] is None
+
+
+def test_select_equals_library(service, embedder):
+    r = httpx.post(service.url + "/v1/select", json={"texts": SENTENCES, "k": 2, "per_cluster": 2})
+    assert r.status_code == 200
+    want = select(embedder.embed(SENTENCES), 2, per_cluster=2)
+    got = [[rep["id"] for rep in c["representatives"]] for c in r.json()["clusters"]]
+    assert got == [list(c.representatives) for c in want.clusters]
+
+
+@pytest.mark.parametrize("path, payload, status, message", [
+    ("/v1/embeddings", {"input": []}, 422, "'input' must not be empty"),
+    ("/v1/embeddings", {"input": [1, 2]}, 422, "'input' must be a string or a list of strings; got list"),
+    ("/v1/embeddings", {"input": ["a"] * 9}, 422, "holds 9 texts; the limit is max_texts=8"),
+    ("/v1/embeddings", {"input": ["x" * 501]}, 422, "has 501 characters; the limit is max_chars=500"),
+    ("/v1/embeddings", {"input": [""]}, 422, "'input[0]' is an empty string"),
+    ("/v1/embeddings", {"input": "a", "encoding_format": "hex"}, 422, "'encoding_format' must be"),
+    ("/v1/embeddings", {"input": "a", "dimensions": 10}, 422, "'dimensions' must be 384"),
+    ("/v1/embeddings", ["not", "an", "object"], 422, "must be a JSON object; got list"),
+    ("/v1/order", {"texts": SENTENCES, "strategy": "zigzag"}, 422, "'strategy' must be one of"),
+    ("/v1/order", {"texts": SENTENCES, "root": 99}, 422, "root must be a chunk index in [0, 3]; got 99"),
+    ("/v1/order", {"texts": SENTENCES, "strategy": "dense"}, 422, "needs a query"),
+    ("/v1/select", {"texts": SENTENCES}, 422, "'k' (the number of clusters) is required"),
+    ("/v1/select", {"texts": SENTENCES, "k": 9}, 422, "k must be in [1, n_chunks=4]; got 9"),
+    ("/v1/select", {"texts": SENTENCES, "k": "2"}, 422, "'k' must be int; got str"),
+])
+def test_bad_requests(service, path, payload, status, message):
+    r = httpx.post(service.url + path, json=payload)
+    assert r.status_code == status and message in r.json()["error"]["message"]
+
+
+def test_malformed_json_and_oversized_body(service):
+    r = httpx.post(service.url + "/v1/embeddings", content=b"{not json", headers={"content-type": "application/json"})
+    assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
+    r = httpx.post(service.url + "/v1/embeddings", json={"input": ["y" * 400] * 60})
+    assert r.status_code == 413 and "the limit is max_body=20000" in r.json()["error"]["message"]
+
+
+def test_health_and_metrics(service):
+    assert httpx.get(service.url + "/health").json()["status"] == "ok"
+    httpx.post(service.url + "/v1/embeddings", json={"input": "count me"})
+    text = httpx.get(service.url + "/metrics").text
+    assert 'chunktree_requests_total{path="/v1/embeddings",status="200"}' in text
+    assert "chunktree_request_seconds_bucket" in text and "chunktree_batch_size_count" in text
+    assert "chunktree_queue_depth" in text
+
+
+def test_api_key(embedder):
+    with Served(create_app(embedder, api_key="s3cret")) as s:
+        assert httpx.post(s.url + "/v1/embeddings", json={"input": "a"}).status_code == 401
+        bad = httpx.post(s.url + "/v1/embeddings", json={"input": "a"}, headers={"Authorization": "Bearer no"})
+        assert bad.status_code == 401
+        ok = httpx.post(s.url + "/v1/embeddings", json={"input": "a"}, headers={"Authorization": "Bearer s3cret"})
+        assert ok.status_code == 200
+
+
+def test_concurrent_requests_are_batched_and_overload_gives_503(embedder):
+    limits = Limits(max_queue=40, max_batch=32, max_wait_ms=20)
+    with Served(create_app(embedder, limits=limits)) as s:
+        async def burst(n, texts_each):
+            async with httpx.AsyncClient(timeout=60) as client:
+                return await asyncio.gather(*[
+                    client.post(s.url + "/v1/embeddings", json={"input": [f"sentence {i} {j}" for j in range(texts_each)]})
+                    for i in range(n)])
+
+        replies = asyncio.run(burst(16, 1))
+        assert all(r.status_code == 200 for r in replies)
+        metrics = httpx.get(s.url + "/metrics").text
+        calls = float(next(line.split()[-1] for line in metrics.splitlines()
+                           if line.startswith("chunktree_batch_size_count")))
+        assert calls < 16  # 16 concurrent requests went through fewer model calls
+        for r, i in zip(replies, range(16)):
+            np.testing.assert_allclose(r.json()["data"][0]["embedding"], embedder.embed([f"sentence {i} 0"])[0],
+                                       atol=1e-5)
+        overloaded = asyncio.run(burst(12, 8))  # 96 texts against a queue of 40
+        codes = [r.status_code for r in overloaded]
+        assert 503 in codes and 200 in codes
+        busy = next(r for r in overloaded if r.status_code == 503)
+        assert busy.headers["Retry-After"] == "1" and "max_queue=40" in busy.json()["error"]["message"]
+        recovered = httpx.post(s.url + "/v1/embeddings", json={"input": ["after the storm"]})
+        assert recovered.status_code == 200
