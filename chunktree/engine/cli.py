@@ -126,8 +126,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--api-key-env", default=None, metavar="NAME",
                    help="require 'Authorization: Bearer <key>' with the key read from this environment variable")
     p.add_argument("--max-batch", type=int, default=32, help="texts per model call (default %(default)s)")
-    p.add_argument("--max-wait-ms", type=float, default=2.0,
-                   help="how long a request waits to be batched with others (default %(default)s)")
+    p.add_argument("--max-wait-ms", type=float, default=0.0,
+                   help="extra wait for other requests to batch with (default %(default)s: batch whatever "
+                        "queued while the model was busy)")
     p.add_argument("--no-batching", action="store_true", help="one model call per request")
     p.add_argument("--max-texts", type=int, default=256, help="texts per request (default %(default)s)")
     p.add_argument("--max-queue", type=int, default=4096, help="texts waiting before 503 (default %(default)s)")
