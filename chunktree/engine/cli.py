@@ -92,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_corpus_args(p, model_flag="--embed-model")
     p.add_argument("-q", "--query", default=None, help="the question (without one: a summary)")
     p.add_argument("--order", choices=STRATEGIES, default="bfs", help="reading order (default %(default)s)")
-    who = p.add_mutually_exclusive_group(required=True)
+    who = p.add_mutually_exclusive_group()
     who.add_argument("--extractive", action="store_true", help="the offline extractive reader (no LLM)")
     who.add_argument("--llm-base-url", default=None,
                      help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8080/v1 (or CHUNKTREE_LLM_BASE_URL)")
@@ -305,13 +305,15 @@ def cmd_select(args: argparse.Namespace) -> int:
 def cmd_read(args: argparse.Namespace) -> int:
     from chunktree.engine.read import read
 
-    embedder, chunks, chunk_s = _load_chunks(args)
-    cache = _open_cache(args)
     llm = None
     if not args.extractive:
         from chunktree.engine.llm import ChatClient
 
+        if not (args.llm_base_url or os.environ.get("CHUNKTREE_LLM_BASE_URL") or os.environ.get("OPENAI_BASE_URL")):
+            raise ValueError("give --extractive (no LLM) or --llm-base-url URL (or set CHUNKTREE_LLM_BASE_URL)")
         llm = ChatClient(args.llm_base_url, args.llm_model)
+    embedder, chunks, chunk_s = _load_chunks(args)
+    cache = _open_cache(args)
     t0 = time.perf_counter()
     result = read(chunks, args.query, order=args.order, llm=llm, memory_tokens=args.memory_tokens,
                   window_tokens=args.window_tokens, embedder=embedder, cache=cache, trace=args.trace,

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from chunktree.engine.vectors import check_array
+from chunktree.engine.vectors import check_array, positive_int
 from chunktree.kernels.kmeans import assign, center_sums, kmeans_plusplus
 
 log = logging.getLogger(__name__)
@@ -58,9 +58,9 @@ class MiniBatchKMeans:
 
     def _check_params(self, n: int) -> None:
         for name in ("n_clusters", "batch_size", "max_steps", "max_no_improvement", "n_init"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-                raise ValueError(f"{name} must be a positive int; got {value!r}")
+            positive_int(getattr(self, name), name)
+        if self.init_size is not None:
+            positive_int(self.init_size, "init_size")
         if not isinstance(self.refine, (int, np.integer)) or self.refine < 0:
             raise ValueError(f"refine must be an int >= 0; got {self.refine!r}")
         if not self.tol >= 0:

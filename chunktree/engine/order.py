@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 from chunktree.engine.chunking import Chunk
-from chunktree.engine.vectors import unit_vectors
+from chunktree.engine.vectors import positive_int, unit_vectors
 from chunktree.kernels.forest import join_components, max_spanning_forest, orient_tree
 from chunktree.kernels.prim import prim_max_spanning_tree
 from chunktree.kernels.similarity import similarity_matrix
@@ -160,12 +160,6 @@ def order(
                        strategy, method, {**params, **timings})
 
 
-def _positive_int(value: Any, name: str) -> int:
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be a positive int; got {value!r}")
-    return int(value)
-
-
 def sparse_neighbours(x: np.ndarray, k: int, n_clusters: int, probes: int, seed: int = 0
                       ) -> tuple[np.ndarray, np.ndarray]:
     """Approximate top-``k`` neighbours of unit rows ``x``: FAISS spherical K-means (``n_clusters``
@@ -183,9 +177,11 @@ def _sparse_tree(x: np.ndarray, root: int, k: int | None, n_clusters: int | None
                  seed: int) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """Spanning tree from the top-K graph: forest, then its components joined."""
     n = x.shape[0]
-    k = min(_positive_int(DEFAULT_K if k is None else k, "k"), n - 1)
-    n_clusters = min(_positive_int(n_clusters or max(1, round(2 * np.sqrt(n))), "n_clusters"), n)
-    probes = min(_positive_int(probes or DEFAULT_PROBES, "probes"), n_clusters)
+    k = min(positive_int(DEFAULT_K if k is None else k, "k"), n - 1)
+    if n_clusters is None:
+        n_clusters = max(1, round(2 * np.sqrt(n)))
+    n_clusters = min(positive_int(n_clusters, "n_clusters"), n)
+    probes = min(positive_int(DEFAULT_PROBES if probes is None else probes, "probes"), n_clusters)
     src = dst = np.empty(0, np.int64)
     w = np.empty(0, np.float32)
     if k > 0:

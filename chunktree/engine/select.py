@@ -29,7 +29,7 @@ import numpy as np
 
 from chunktree.engine.chunking import Chunk
 from chunktree.engine.kmeans import MiniBatchKMeans
-from chunktree.engine.vectors import unit_vectors
+from chunktree.engine.vectors import positive_int, unit_vectors
 from chunktree.kernels.kmeans import assign
 
 log = logging.getLogger(__name__)
@@ -73,12 +73,6 @@ class SelectResult:
     def representatives(self) -> list[int]:
         """Every representative chunk index, cluster by cluster."""
         return [i for c in self.clusters for i in c.representatives]
-
-
-def _check_positive(value: Any, name: str) -> int:
-    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
-        raise ValueError(f"{name} must be a positive int; got {value!r}")
-    return int(value)
 
 
 def _token_counts(items: Any, tokens: Any, embedder: Any, n: int) -> np.ndarray:
@@ -140,14 +134,14 @@ def select(
     balance : give small topics a better chance of a cluster of their own (see the module notes).
     seed : K-means seed; the same seed gives the same selection.
     """
-    per_cluster = _check_positive(per_cluster, "per_cluster")
+    per_cluster = positive_int(per_cluster, "per_cluster")
     x, _ = unit_vectors(chunks_or_embeddings, None, embedder, cache)
     n = x.shape[0]
     params: dict[str, Any] = {"n": n, "per_cluster": per_cluster, "seed": seed}
     if k is None:
         if budget_tokens is None:
             raise ValueError("give k (the number of outputs), k='elbow', or budget_tokens")
-        budget_tokens = _check_positive(budget_tokens, "budget_tokens")
+        budget_tokens = positive_int(budget_tokens, "budget_tokens")
         counts = _token_counts(chunks_or_embeddings, tokens, embedder, n)
         mean_tokens = max(float(counts.mean()), 1.0)
         k = int(budget_tokens // (mean_tokens * per_cluster))

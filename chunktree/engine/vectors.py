@@ -9,6 +9,13 @@ import numpy as np
 from chunktree.engine.chunking import Chunk
 
 
+def positive_int(value: Any, name: str) -> int:
+    """``value`` as an int >= 1, or a ValueError naming ``name`` and the value."""
+    if not isinstance(value, (int, np.integer)) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"{name} must be a positive int; got {value!r}")
+    return int(value)
+
+
 def check_array(x: Any, name: str = "X") -> np.ndarray:
     """C-contiguous float32 (n, d) array with finite values, or an error naming the problem."""
     arr = np.asarray(x)

@@ -211,3 +211,10 @@ def test_serve_answers_an_openai_client(tmp_path, embedder):
 def test_serve_without_the_key_variable_is_an_error():
     r = run("serve", "--api-key-env", "CHUNKTREE_SURELY_UNSET_VARIABLE")
     assert r.returncode == 2 and "CHUNKTREE_SURELY_UNSET_VARIABLE" in r.stderr
+
+
+def test_read_needs_a_reader(tmp_path, corpus, monkeypatch):
+    for name in ("CHUNKTREE_LLM_BASE_URL", "OPENAI_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    r = run("read", str(corpus), "-q", "q")
+    assert r.returncode == 2 and "give --extractive (no LLM) or --llm-base-url" in r.stderr

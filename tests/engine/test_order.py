@@ -171,6 +171,8 @@ def test_sparse_weight_on_squad_articles(embedder, squad_articles):
     ({"method": "sparse", "k": 0}, "k must be a positive int; got 0"),
     ({"method": "sparse", "probes": -2}, "probes must be a positive int; got -2"),
     ({"method": "sparse", "n_clusters": 1.5}, "n_clusters must be a positive int; got 1.5"),
+    ({"method": "sparse", "n_clusters": 0}, "n_clusters must be a positive int; got 0"),
+    ({"method": "sparse", "probes": 0}, "probes must be a positive int; got 0"),
     ({"method": "exact", "k": 8}, "do not apply to method='exact'"),
 ])
 def test_sparse_parameter_errors(kwargs, message):
