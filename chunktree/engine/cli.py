@@ -225,8 +225,10 @@ def cmd_order(args: argparse.Namespace) -> int:
                      "query_similarity": row["query_similarity"], "text": c.text})
     timing = {"chunk_s": round(chunk_s, 4), "embed_s": round(stats.seconds, 4), "order_s": round(order_s, 4)}
     if args.format == "json":
+        params = {k: v for k, v in result.params.items() if not k.endswith("_s")}
+        weight = None if np.isnan(result.tree_weight) else result.tree_weight
         doc = {"order": result.order.tolist(), "root": result.root, "strategy": result.strategy,
-               "method": result.method, "params": {k: v for k, v in result.params.items() if not k.endswith("_s")}, "tree_weight": None if np.isnan(result.tree_weight) else result.tree_weight,
+               "method": result.method, "params": params, "tree_weight": weight,
                "query": args.query, "n_chunks": len(chunks), "model": embedder.model_id,
                "cache_hits": stats.cache_hits, "timing": timing, "chunks": rows}
         print(json.dumps(doc, ensure_ascii=False, indent=1))
