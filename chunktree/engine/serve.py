@@ -169,7 +169,8 @@ def _texts(body: dict[str, Any], field: str, limits: Limits, allow_single: bool 
 
 def _optional(body: dict[str, Any], field: str, kind: type | tuple[type, ...], default: Any) -> Any:
     value = body.get(field, default)
-    if value is not None and (not isinstance(value, kind) or isinstance(value, bool) and kind is int):
+    is_bool_for_int = isinstance(value, bool) and kind is int  # bool is an int subclass
+    if value is not None and (not isinstance(value, kind) or is_bool_for_int):
         names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
         raise HTTPError(422, f"'{field}' must be {names}; got {type(value).__name__}", field)
     return value

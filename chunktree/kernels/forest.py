@@ -76,7 +76,6 @@ def join_components(x: np.ndarray, labels: np.ndarray, candidates: int = 3
     those edges merges components. Every component gains an edge each round, so the number of
     components at least halves per round.
     """
-    n = x.shape[0]
     src_all, dst_all, w_all = [], [], []
     labels = labels.copy()
     while True:

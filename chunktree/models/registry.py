@@ -110,7 +110,6 @@ def onnx_path(desc: ModelDescription) -> Path:
 
 def build_onnx(desc: ModelDescription, source: Path, target: Path) -> None:
     """Convert the safetensors weights in ``source`` to ONNX at ``target`` (atomically)."""
-    import onnx
     from safetensors.numpy import load_file
 
     from chunktree.models.bert_onnx import build_bert_onnx
