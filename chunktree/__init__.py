@@ -1,19 +1,20 @@
 """chunktree: decide which chunks of a corpus an LLM pipeline sees, and in what order."""
 
+from chunktree.checks import ChunktreeError
 from chunktree.engine.cache import EmbeddingCache
 from chunktree.engine.chunking import Chunk, chunk_documents
 from chunktree.engine.documents import Document, DocumentError, read_paths, sample_documents
 from chunktree.engine.embedding import EmbedStats, embed_texts
-from chunktree.engine.kmeans import MiniBatchKMeans
-from chunktree.engine.llm import ChatClient, LLMError
+from chunktree.engine.minibatch_kmeans import MiniBatchKMeans
 from chunktree.engine.order import OrderResult, order
-from chunktree.engine.read import ReadResult, read
+from chunktree.engine.read import ChatClient, LLMError, ReadResult, read
 from chunktree.engine.select import Cluster, SelectResult, select
 from chunktree.models.embedder import Embedder
 
 __all__ = [
     "ChatClient",
     "Chunk",
+    "ChunktreeError",
     "Cluster",
     "Document",
     "DocumentError",

@@ -1,5 +1,5 @@
-import sys
+"""``python -m chunktree``: the command line."""
 
-from chunktree.engine.cli import main
+from chunktree.apps.cli import main
 
-sys.exit(main())
+raise SystemExit(main())

@@ -25,6 +25,16 @@ def tokenizer(embedder):
     return embedder.tokenizer
 
 
+def unit_topics(n, d=32, topics=5, spread=0.6, seed=0):
+    """Synthetic unit vectors around ``topics`` random centres, float32, and each row's topic."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    truth = rng.integers(0, topics, n)
+    x = rng.standard_normal((topics, d))[truth] + spread * rng.standard_normal((n, d))
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32), truth
+
+
 @pytest.fixture(scope="session")
 def shared_data():
     if not SHARED_DATA.is_dir():
@@ -34,7 +44,8 @@ def shared_data():
 
 @pytest.fixture(scope="session")
 def sample_embeddings(embedder):
-    """Embeddings of the whole sample corpus, chunked with the defaults (about 1,500 chunks)."""
+    """Embeddings of the whole sample corpus, chunked with the defaults (about 1,500 chunks);
+    for ``real_data`` tests only."""
     from chunktree import chunk_documents, sample_documents
 
     chunks = chunk_documents(sample_documents(), embedder.tokenizer)

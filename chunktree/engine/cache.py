@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from chunktree.checks import InvalidValueError
 from chunktree.paths import cache_dir
 
 _SCHEMA = """
@@ -80,7 +81,7 @@ class EmbeddingCache:
         """Store ``vectors`` (float32, (len(texts), dim)) in one transaction."""
         vectors = np.ascontiguousarray(vectors, dtype=np.float32)
         if vectors.ndim != 2 or len(vectors) != len(texts):
-            raise ValueError(f"vectors must have shape ({len(texts)}, dim); got {vectors.shape}")
+            raise InvalidValueError(f"vectors must have shape ({len(texts)}, dim); got {vectors.shape}")
         dim = vectors.shape[1]
         rows = [(model, text_key(t), dim, v.tobytes()) for t, v in zip(texts, vectors)]
         with self._db:  # BEGIN ... COMMIT, or ROLLBACK on error

@@ -14,6 +14,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from chunktree.checks import InvalidValueError, integer
 from chunktree.engine.documents import Document
 
 DEFAULT_CHUNK_TOKENS = 256
@@ -68,13 +69,12 @@ def chunk_documents(
     from semantic_text_splitter import MarkdownSplitter, TextSplitter
 
     special = tokenizer.post_processor.num_special_tokens_to_add(False) if tokenizer.post_processor else 0
-    if not isinstance(chunk_tokens, int) or chunk_tokens <= special:
-        raise ValueError(f"chunk_tokens must be an int > {special} (the special tokens); got {chunk_tokens!r}")
+    if integer(chunk_tokens, "chunk_tokens") <= special:
+        raise InvalidValueError(f"chunk_tokens must be > {special} (the special tokens); got {chunk_tokens!r}")
     capacity = chunk_tokens - special
-    if not isinstance(overlap_tokens, int) or not 0 <= overlap_tokens < capacity:
-        raise ValueError(f"overlap_tokens must be an int in [0, {capacity - 1}]; got {overlap_tokens!r}")
+    integer(overlap_tokens, "overlap_tokens", 0, capacity - 1)
     if tokenizer.truncation is not None:
-        raise ValueError("tokenizer has truncation enabled; chunk sizes would be wrong (call no_truncation())")
+        raise InvalidValueError("tokenizer has truncation enabled; chunk sizes would be wrong (call no_truncation())")
     splitters = {
         "text": TextSplitter.from_huggingface_tokenizer(tokenizer, capacity, overlap=overlap_tokens),
         "markdown": MarkdownSplitter.from_huggingface_tokenizer(tokenizer, capacity, overlap=overlap_tokens),

@@ -19,6 +19,8 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from chunktree.checks import InvalidValueError
+
 log = logging.getLogger(__name__)
 
 TEXT_SUFFIXES = {".txt": "text", ".md": "markdown", ".markdown": "markdown", ".pdf": "pdf",
@@ -26,7 +28,7 @@ TEXT_SUFFIXES = {".txt": "text", ".md": "markdown", ".markdown": "markdown", ".p
 SAMPLE_SOURCE = "sample:moby-dick"
 
 
-class DocumentError(ValueError):
+class DocumentError(InvalidValueError):
     """An input file cannot be read as a document."""
 
 

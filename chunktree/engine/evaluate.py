@@ -1,7 +1,8 @@
 """How much gold evidence each order keeps: the offline evaluation of orders on SQuAD-format data.
 
-For every question, each article's paragraphs are the chunks; the extractive reader (no LLM) reads
-them in each order with a memory budget of ``budget`` x the article's tokens. Per order:
+For every question, each article's paragraphs are the chunks; the extractive worker that
+``chunktree read --extractive`` runs (``engine.read.extractive``, no LLM) reads them in each order
+with a memory budget of ``budget`` x the article's tokens. Per order:
 
 - retention: the fraction of questions whose answer span lies inside a sentence still in memory
   at the end;
@@ -22,9 +23,10 @@ from typing import Any
 
 import numpy as np
 
+from chunktree.checks import InvalidValueError, number
 from chunktree.engine.embedding import embed_texts
-from chunktree.engine.order import order as cl_order
-from chunktree.engine.read import keep_best, split_sentences
+from chunktree.engine.order import order
+from chunktree.engine.read.extractive import ExtractiveWorker, Sentences
 
 ORDERS = ("document", "dense", "bfs", "dfs", "random")
 
@@ -45,7 +47,7 @@ def load_squad(path: str | Path) -> list[dict[str, Any]]:
             for p in article["paragraphs"]:
                 p["context"], p["qas"]  # noqa: B018 - shape check
     except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise ValueError(f"{path}: not a SQuAD-format file (data -> paragraphs -> context/qas): {exc}") from None
+        raise InvalidValueError(f"{path}: not a SQuAD-format file (data -> paragraphs -> context/qas): {exc}") from None
     return data
 
 
@@ -60,12 +62,10 @@ def evaluate_orders(
     progress: bool = False,
 ) -> dict[str, Any]:
     """Run the extractive reader under each order for every question; return metrics per order."""
-    if not 0 < budget <= 1:
-        raise ValueError(f"budget must be a fraction of the article in (0, 1]; got {budget}")
+    number(budget, "budget (a fraction of the article)", 0.0, 1.0, low_open=True)
     unknown = set(orders) - set(ORDERS)
     if unknown:
-        raise ValueError(f"orders must be among {ORDERS}; got {sorted(unknown)}")
-    tok = embedder.tokenizer
+        raise InvalidValueError(f"orders must be among {list(ORDERS)}; got {sorted(unknown)}")
     per_order: dict[str, dict[str, list[float]]] = {o: {"retained": [], "gold_position": [], "entity_distance": []}
                                                      for o in orders}
     questions = 0
@@ -79,15 +79,9 @@ def evaluate_orders(
         n = len(paragraphs)
         if n < 2:
             continue
-        sentences = [(pid, a, b) for pid, text in enumerate(paragraphs) for a, b in split_sentences(text)]
-        sent_texts = [paragraphs[pid][a:b] for pid, a, b in sentences]
-        sent_vecs, _ = embed_texts(sent_texts, embedder, cache)
-        sent_tokens = [len(e.ids) for e in tok.encode_batch(sent_texts, add_special_tokens=False)]
-        by_para: dict[int, list[int]] = {}
-        for sid, (pid, _, _) in enumerate(sentences):
-            by_para.setdefault(pid, []).append(sid)
+        sentences = Sentences.of(paragraphs, embedder, cache)
         para_vecs, _ = embed_texts(paragraphs, embedder, cache)
-        article_tokens = sum(len(e.ids) for e in tok.encode_batch(paragraphs, add_special_tokens=False))
+        article_tokens = int(embedder.count_tokens(paragraphs).sum())
         memory_budget = max(1, int(round(budget * article_tokens)))
         qas = [(pid, qa) for pid, p in enumerate(article["paragraphs"]) for qa in p["qas"] if qa.get("answers")]
         if not qas:
@@ -95,7 +89,7 @@ def evaluate_orders(
         q_vecs, _ = embed_texts([qa["question"] for _, qa in qas], embedder, cache)
         for qi, ((gold, qa), q) in enumerate(zip(qas, q_vecs)):
             questions += 1
-            scores = sent_vecs @ q
+            scores = sentences.vectors @ q
             spans = [(a["answer_start"], a["answer_start"] + len(a["text"])) for a in qa["answers"]]
             answer_texts = {a["text"].strip().lower() for a in qa["answers"] if a["text"].strip()}
             bearing = [j for j, text in enumerate(paragraphs) if any(t in text.lower() for t in answer_texts)]
@@ -103,13 +97,12 @@ def evaluate_orders(
                 if name == "random":
                     seq = np.random.default_rng([seed, questions]).permutation(n)
                 else:
-                    seq = cl_order(para_vecs, q, strategy=name).order
-                kept: list[tuple[float, int, int]] = []
+                    seq = order(para_vecs, q, strategy=name).order
+                worker = ExtractiveWorker(sentences, scores, memory_budget, paragraphs)
                 for pid in seq.tolist():
-                    kept = keep_best(kept + [(float(scores[s]), sent_tokens[s], s) for s in by_para.get(pid, [])],
-                                     memory_budget)
-                retained = any(sentences[s][0] == gold and sentences[s][1] <= a0 and b0 <= sentences[s][2]
-                               for _, _, s in kept for a0, b0 in spans)
+                    worker.read(pid)
+                retained = any(sentences.chunk[s] == gold and sentences.start[s] <= a0 and b0 <= sentences.end[s]
+                               for s in worker.kept_sentences() for a0, b0 in spans)
                 pos = np.empty(n, dtype=np.int64)
                 pos[seq] = np.arange(n)
                 m = per_order[name]

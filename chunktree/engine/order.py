@@ -22,8 +22,12 @@ from typing import Any
 
 import numpy as np
 
+from chunktree.checks import InvalidValueError, integer, one_of, optional_positive_int
+from chunktree.engine.cache import EmbeddingCache
 from chunktree.engine.chunking import Chunk
-from chunktree.engine.vectors import positive_int, unit_vectors
+from chunktree.engine.embedding import EmbedStats
+from chunktree.engine.inputs import prepare
+from chunktree.engine.results import chunk_fields, json_float
 from chunktree.kernels.forest import join_components, max_spanning_forest, orient_tree
 from chunktree.kernels.prim import prim_max_spanning_tree
 from chunktree.kernels.similarity import similarity_matrix
@@ -53,7 +57,13 @@ class OrderResult:
     parent_similarity : float32 (n,), similarity to the parent (NaN for the root); None for baselines.
     query_similarity : float32 (n,), similarity of each chunk to the query; None without a query.
     tree_weight : sum of the tree's edge similarities (NaN for baselines).
-    strategy, method : what was used; ``params`` holds the rest (n, dims, timings).
+    strategy, method : what was used.
+    params : the parameters that decided the result (n, dims, and the sparse method's k,
+        n_clusters, probes, seed, forest components and joining edges).
+    timings : seconds per stage (``embed_s``, ``tree_s``, ``traverse_s``, ``total_s``).
+    query : the query when it was given as text.
+    embedding : what embedding the chunks cost (None when embeddings were given).
+    items : the chunks or strings that were ordered (None when embeddings were given).
     """
 
     order: np.ndarray
@@ -65,20 +75,35 @@ class OrderResult:
     strategy: str
     method: str
     params: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    query: str | None = None
+    embedding: EmbedStats | None = None
+    items: Sequence[Chunk] | Sequence[str] | None = field(default=None, repr=False)
 
-    def explain(self) -> list[dict[str, Any]]:
-        """Per position: the chunk, its parent, its similarity to the parent and to the query."""
+    def explain(self, top: int | None = None) -> list[dict[str, Any]]:
+        """The first ``top`` positions (default all): the chunk, its parent, and its similarity
+        to the parent and to the query (None where there is none)."""
+        seq = self.order[:top]
+        parents = [None] * len(seq) if self.parent is None else self.parent[seq].tolist()
+        psim = [None] * len(seq) if self.parent_similarity is None else self.parent_similarity[seq].tolist()
+        qsim = [None] * len(seq) if self.query_similarity is None else self.query_similarity[seq].tolist()
+        return [{"position": position, "chunk": chunk, "parent": None if p is None or p < 0 else p,
+                 "parent_similarity": json_float(ps), "query_similarity": qs}
+                for position, (chunk, p, ps, qs) in enumerate(zip(seq.tolist(), parents, psim, qsim))]
+
+    def to_dict(self, top: int | None = None) -> dict[str, Any]:
+        """The JSON-ready result: the whole order, and the first ``top`` chunks (default all) in
+        reading order with their provenance, text, parent and similarities."""
         rows = []
-        for position, i in enumerate(self.order.tolist()):
-            parent = None if self.parent is None or self.parent[i] < 0 else int(self.parent[i])
-            rows.append({
-                "position": position,
-                "chunk": i,
-                "parent": parent,
-                "parent_similarity": None if parent is None else float(self.parent_similarity[i]),
-                "query_similarity": None if self.query_similarity is None else float(self.query_similarity[i]),
-            })
-        return rows
+        for row in self.explain(top):
+            item = None if self.items is None else self.items[row["chunk"]]
+            rows.append({"position": row["position"], "id": row["chunk"], **chunk_fields(item),
+                         "parent": row["parent"], "parent_similarity": row["parent_similarity"],
+                         "query_similarity": row["query_similarity"]})
+        return {"order": self.order.tolist(), "root": self.root, "strategy": self.strategy,
+                "method": self.method, "tree_weight": json_float(self.tree_weight), "query": self.query,
+                "n_chunks": int(self.order.size), "params": dict(self.params), "timings": dict(self.timings),
+                "embedding": None if self.embedding is None else self.embedding.to_dict(), "chunks": rows}
 
 
 def order(
@@ -93,7 +118,8 @@ def order(
     probes: int | None = None,
     seed: int = 0,
     embedder: Any = None,
-    cache: Any = None,
+    cache: EmbeddingCache | None = None,
+    progress: bool = False,
 ) -> OrderResult:
     """Order chunks for a sequential reader (CL-ORDER).
 
@@ -109,33 +135,40 @@ def order(
     k, n_clusters, probes, seed : the sparse method's neighbours per chunk (default 16, capped at
         n - 1), K-means clusters (default 2 * sqrt(n)), clusters searched per chunk (default 16)
         and K-means seed.
+    progress : show a progress bar while embedding.
     """
-    if strategy not in STRATEGIES:
-        raise ValueError(f"strategy must be one of {STRATEGIES}; got {strategy!r}")
-    if method not in METHODS:
-        raise ValueError(f"method must be one of {METHODS}; got {method!r}")
-    timings: dict[str, float] = {}
+    one_of(strategy, "strategy", STRATEGIES)
+    one_of(method, "method", METHODS)
+    for value, name in ((k, "k"), (n_clusters, "n_clusters"), (probes, "probes")):
+        optional_positive_int(value, name)
+    integer(seed, "seed", 0)
+    if method == "exact" and (k, n_clusters, probes) != (None, None, None):
+        raise InvalidValueError("k, n_clusters and probes set the sparse method; they do not apply to "
+                                "method='exact'")
+    if root is not None:
+        integer(root, "root (a chunk index)", 0)
+    if strategy == "dense" and query is None:
+        raise InvalidValueError("strategy 'dense' orders by query similarity and needs a query")
     t0 = time.perf_counter()
-    x, q = unit_vectors(chunks_or_embeddings, query, embedder, cache)
-    timings["embed_s"] = time.perf_counter() - t0
+    inputs = prepare(chunks_or_embeddings, query, embedder=embedder, cache=cache, progress=progress)
+    timings = {"embed_s": time.perf_counter() - t0}
+    x, q = inputs.vectors, inputs.query
     n, d = x.shape
-    if root is not None and (not isinstance(root, (int, np.integer)) or not 0 <= root < n):
-        raise ValueError(f"root must be a chunk index in [0, {n - 1}]; got {root!r}")
-    if strategy == "dense" and q is None:
-        raise ValueError("strategy 'dense' orders by query similarity and needs a query")
+    if root is not None:
+        integer(root, "root (a chunk index)", 0, n - 1)
     qsim = None if q is None else x @ q
     params: dict[str, Any] = {"n": n, "dims": d}
+    done = {"query": inputs.query_text, "embedding": inputs.embedding, "items": inputs.items}
 
     if strategy in ("document", "dense"):
         ids = np.arange(n, dtype=np.int64)
         seq = ids if strategy == "document" else np.lexsort((ids, -qsim)).astype(np.int64)
-        return OrderResult(seq, int(seq[0]), None, None, qsim, float("nan"), strategy, "none",
-                           {**params, **timings})
+        timings["total_s"] = time.perf_counter() - t0
+        return OrderResult(seq, int(seq[0]), None, None, qsim, float("nan"), strategy, "none", params,
+                           timings, **done)
 
     if root is None:
         root = int(np.argmax(qsim)) if qsim is not None else int(np.argmax(x @ x.mean(axis=0)))
-    if method == "exact" and (k, n_clusters, probes) != (None, None, None):
-        raise ValueError("k, n_clusters and probes set the sparse method; they do not apply to method='exact'")
     if method == "auto":
         method = "exact" if n <= EXACT_MAX_N else "sparse"
     t1 = time.perf_counter()
@@ -146,7 +179,6 @@ def order(
         params.update(sparse_params)
     timings["tree_s"] = time.perf_counter() - t1
     t2 = time.perf_counter()
-    ids = np.arange(n)
     # Children by descending edge weight, then descending query similarity, then position.
     keys = (-weight, -qsim) if qsim is not None else (-weight,)
     indptr, children = children_csr(parent, *keys)
@@ -155,9 +187,10 @@ def order(
     timings["traverse_s"] = time.perf_counter() - t2
     parent_sim = weight.copy()
     parent_sim[root] = np.nan
-    log.info("ordered %d chunks (%s, %s) in %.3f s", n, strategy, method, time.perf_counter() - t0)
-    return OrderResult(seq, root, parent, parent_sim, qsim, float(weight.sum(dtype=np.float64)),
-                       strategy, method, {**params, **timings})
+    timings["total_s"] = time.perf_counter() - t0
+    log.info("ordered %d chunks (%s, %s) in %.3f s", n, strategy, method, timings["total_s"])
+    return OrderResult(seq, int(root), parent, parent_sim, qsim, float(weight.sum(dtype=np.float64)),
+                       strategy, method, params, timings, **done)
 
 
 def sparse_neighbours(x: np.ndarray, k: int, n_clusters: int, probes: int, seed: int = 0
@@ -177,11 +210,9 @@ def _sparse_tree(x: np.ndarray, root: int, k: int | None, n_clusters: int | None
                  seed: int) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """Spanning tree from the top-K graph: forest, then its components joined."""
     n = x.shape[0]
-    k = min(positive_int(DEFAULT_K if k is None else k, "k"), n - 1)
-    if n_clusters is None:
-        n_clusters = max(1, round(2 * np.sqrt(n)))
-    n_clusters = min(positive_int(n_clusters, "n_clusters"), n)
-    probes = min(positive_int(DEFAULT_PROBES if probes is None else probes, "probes"), n_clusters)
+    k = min(DEFAULT_K if k is None else k, n - 1)
+    n_clusters = min(max(1, round(2 * np.sqrt(n))) if n_clusters is None else n_clusters, n)
+    probes = min(DEFAULT_PROBES if probes is None else probes, n_clusters)
     src = dst = np.empty(0, np.int64)
     w = np.empty(0, np.float32)
     if k > 0:

@@ -21,15 +21,20 @@ in document order.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from chunktree.checks import InvalidTypeError, InvalidValueError, integer, positive_int
+from chunktree.engine.cache import EmbeddingCache
 from chunktree.engine.chunking import Chunk
-from chunktree.engine.kmeans import MiniBatchKMeans
-from chunktree.engine.vectors import positive_int, unit_vectors
+from chunktree.engine.embedding import EmbedStats
+from chunktree.engine.inputs import prepare
+from chunktree.engine.minibatch_kmeans import MiniBatchKMeans
+from chunktree.engine.results import chunk_fields
 from chunktree.kernels.kmeans import assign
 
 log = logging.getLogger(__name__)
@@ -45,7 +50,7 @@ class Cluster:
     representatives : chunk indices nearest the centre, nearest first.
     distances : Euclidean distance of each representative to the centre.
     size : number of member chunks.
-    members : every member chunk index, ascending.
+    members : int64 array of every member chunk index, ascending.
     chunks : the representative ``Chunk`` objects (with provenance) when chunks were given.
     """
 
@@ -53,14 +58,28 @@ class Cluster:
     representatives: tuple[int, ...]
     distances: tuple[float, ...]
     size: int
-    members: tuple[int, ...]
+    members: np.ndarray = field(repr=False)
     chunks: tuple[Chunk, ...] = ()
 
 
 @dataclass(frozen=True)
 class SelectResult:
-    """Clusters in document order, each chunk's cluster (``labels``, an index into ``clusters``),
-    the cluster centres (float32, one row per cluster) and how they were made."""
+    """A query-free selection.
+
+    Attributes
+    ----------
+    clusters : in the input order of their first representative.
+    labels : int64 (n,), each chunk's cluster (an index into ``clusters``).
+    centers : float32 (len(clusters), d), the cluster centres.
+    k : the K asked for (or derived); ``len(clusters)`` is smaller only if K-means left a
+        cluster empty.
+    inertia : sum of squared distances of the chunks to their centres.
+    params : the parameters that decided the result (n, k, per_cluster, seed, balance, and how K
+        was derived).
+    timings : seconds per stage (``embed_s``, ``cluster_s``, ``total_s``).
+    embedding : what embedding the chunks cost (None when embeddings were given).
+    items : the chunks or strings that were clustered (None when embeddings were given).
+    """
 
     clusters: list[Cluster]
     labels: np.ndarray
@@ -68,27 +87,27 @@ class SelectResult:
     k: int
     inertia: float
     params: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    embedding: EmbedStats | None = None
+    items: Sequence[Chunk] | Sequence[str] | None = field(default=None, repr=False)
 
     @property
     def representatives(self) -> list[int]:
         """Every representative chunk index, cluster by cluster."""
         return [i for c in self.clusters for i in c.representatives]
 
-
-def _token_counts(items: Any, tokens: Any, embedder: Any, n: int) -> np.ndarray:
-    if tokens is not None:
-        counts = np.asarray(tokens)
-        if counts.shape != (n,) or counts.dtype.kind not in "iu" or (counts < 0).any():
-            raise ValueError(f"tokens must be {n} non-negative ints, one per chunk; got shape {counts.shape}")
-        return counts
-    if isinstance(items, np.ndarray) or not isinstance(items[0], (str, Chunk)):
-        raise ValueError("budget_tokens with embeddings needs tokens= (the token count of each chunk)")
-    if embedder is None:
-        from chunktree.models.embedder import Embedder
-
-        embedder = Embedder()
-    texts = [c.text if isinstance(c, Chunk) else c for c in items]
-    return np.array([len(e.ids) for e in embedder.tokenizer.encode_batch(texts)])
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready result: each cluster with its size, members and representatives (their
+        provenance, text and distance to the centre)."""
+        clusters = []
+        for c in self.clusters:
+            reps = [{"id": i, **chunk_fields(None if self.items is None else self.items[i]), "distance": d}
+                    for i, d in zip(c.representatives, c.distances)]
+            clusters.append({"cluster": c.id, "size": c.size, "members": c.members.tolist(),
+                             "representatives": reps})
+        return {"k": self.k, "n_clusters": len(self.clusters), "n_chunks": int(self.labels.size),
+                "inertia": self.inertia, "params": dict(self.params), "timings": dict(self.timings),
+                "embedding": None if self.embedding is None else self.embedding.to_dict(), "clusters": clusters}
 
 
 def elbow_k(x: np.ndarray, k_max: int, seed: int = 0) -> tuple[int, dict[int, float]]:
@@ -107,6 +126,26 @@ def elbow_k(x: np.ndarray, k_max: int, seed: int = 0) -> tuple[int, dict[int, fl
     return int(ks[int(np.argmax(1.0 - xs - ys))]), inertias
 
 
+def _check_k(k: Any, budget_tokens: Any) -> None:
+    """The checks on k that need no data, so they fail before anything is embedded."""
+    if k is None:
+        if budget_tokens is None:
+            raise InvalidValueError("give k (the number of outputs), k='elbow', or budget_tokens")
+        positive_int(budget_tokens, "budget_tokens")
+    elif isinstance(k, str):
+        if k != "elbow":
+            raise InvalidValueError(f"k must be a positive int, 'elbow' or None; got {k!r}")
+    else:
+        positive_int(k, "k")
+
+
+def _token_counts(tokens: Any, n: int) -> np.ndarray:
+    counts = np.asarray(tokens)
+    if counts.shape != (n,) or counts.dtype.kind not in "iu" or (counts < 0).any():
+        raise InvalidValueError(f"tokens must be {n} non-negative ints, one per chunk; got shape {counts.shape}")
+    return counts
+
+
 def select(
     chunks_or_embeddings: Sequence[Chunk] | Sequence[str] | np.ndarray,
     k: int | str | None = None,
@@ -117,7 +156,8 @@ def select(
     balance: bool = False,
     seed: int = 0,
     embedder: Any = None,
-    cache: Any = None,
+    cache: EmbeddingCache | None = None,
+    progress: bool = False,
 ) -> SelectResult:
     """Pick representative chunks that cover every topic, without a query.
 
@@ -130,34 +170,35 @@ def select(
     per_cluster : representatives per cluster (the members nearest the centre).
     budget_tokens : with ``k=None``: K = budget_tokens // (mean chunk tokens * per_cluster).
     tokens : token count of each chunk (needed with ``budget_tokens`` for embeddings input;
-        counted with the embedder's tokenizer for chunks).
+        counted with ``Embedder.count_tokens`` for chunks and strings).
     balance : give small topics a better chance of a cluster of their own (see the module notes).
     seed : K-means seed; the same seed gives the same selection.
+    progress : show a progress bar while embedding.
     """
     per_cluster = positive_int(per_cluster, "per_cluster")
-    x, _ = unit_vectors(chunks_or_embeddings, None, embedder, cache)
-    n = x.shape[0]
-    params: dict[str, Any] = {"n": n, "per_cluster": per_cluster, "seed": seed}
+    _check_k(k, budget_tokens)
+    integer(seed, "seed", 0)
+    if not isinstance(balance, (bool, np.bool_)):
+        raise InvalidTypeError(f"balance must be a bool; got {balance!r}")
+    t0 = time.perf_counter()
+    inputs = prepare(chunks_or_embeddings, embedder=embedder, cache=cache, progress=progress)
+    timings = {"embed_s": time.perf_counter() - t0}
+    x, n = inputs.vectors, inputs.n
+    params: dict[str, Any] = {"n": n, "per_cluster": per_cluster, "seed": seed, "balance": bool(balance)}
+    t1 = time.perf_counter()
     if k is None:
-        if budget_tokens is None:
-            raise ValueError("give k (the number of outputs), k='elbow', or budget_tokens")
-        budget_tokens = positive_int(budget_tokens, "budget_tokens")
-        counts = _token_counts(chunks_or_embeddings, tokens, embedder, n)
+        counts = _token_counts(tokens, n) if tokens is not None else inputs.token_counts()
         mean_tokens = max(float(counts.mean()), 1.0)
         k = int(budget_tokens // (mean_tokens * per_cluster))
         if k < 1:
-            raise ValueError(f"budget_tokens={budget_tokens} is below one representative "
-                             f"(mean chunk {mean_tokens:.0f} tokens x per_cluster {per_cluster})")
+            raise InvalidValueError(f"budget_tokens={budget_tokens} is below one representative "
+                                    f"(mean chunk {mean_tokens:.0f} tokens x per_cluster {per_cluster})")
         k = min(k, n)
         params.update(budget_tokens=budget_tokens, mean_chunk_tokens=mean_tokens)
     elif k == "elbow":
         k, curve = elbow_k(x, min(n, max(2, int(2 * np.sqrt(n)))), seed)
         params["elbow_inertia"] = curve
-    elif isinstance(k, str):
-        raise ValueError(f"k must be a positive int, 'elbow' or None; got {k!r}")
-    if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or not 1 <= k <= n:
-        raise ValueError(f"k must be in [1, n_chunks={n}]; got {k!r}")
-    k = int(k)
+    k = integer(k, "k", 1, n, high_name="n_chunks")
 
     if balance:
         centers, labels, dist_sq, steps = _balanced_clusters(x, k, seed)
@@ -166,32 +207,37 @@ def select(
         centers, labels, steps = model.cluster_centers_, model.labels_, model.n_steps_
         dist_sq = assign(x, centers)[1]
     dist = np.sqrt(dist_sq)
-    clusters = []
-    for c in range(k):
-        members = np.flatnonzero(labels == c)
-        if members.size == 0:
-            continue
+    # Members of every cluster in one pass: rows sorted by (label, row), cut at the label counts.
+    by_label = np.argsort(labels, kind="stable")
+    sizes = np.bincount(labels, minlength=k)
+    groups = np.split(by_label, np.cumsum(sizes)[:-1])
+    found = []
+    for c in np.flatnonzero(sizes):
+        members = groups[c]
         nearest = members[np.lexsort((members, dist[members]))][:per_cluster]
-        clusters.append((c, nearest, dist[nearest], members))
-    clusters.sort(key=lambda cl: int(cl[1].min()))
-    items = chunks_or_embeddings if not isinstance(chunks_or_embeddings, np.ndarray) else None
-    has_chunks = items is not None and len(items) > 0 and isinstance(items[0], Chunk)
-    out = []
+        found.append((int(c), nearest, members))
+    found.sort(key=lambda cl: int(cl[1].min()))  # document order of the representatives
+    chunks = inputs.chunks
+    clusters, kept = [], []
     relabel = np.empty(n, dtype=np.int64)
-    kept_centers = []
-    for cid, (c, nearest, d, members) in enumerate(clusters):
-        kept_centers.append(centers[c])
+    for cid, (c, nearest, members) in enumerate(found):
+        kept.append(c)
         relabel[members] = cid
-        out.append(Cluster(
-            id=cid, representatives=tuple(int(i) for i in nearest), distances=tuple(float(v) for v in d),
-            size=int(members.size), members=tuple(int(i) for i in members),
-            chunks=tuple(items[int(i)] for i in nearest) if has_chunks else (),
+        members.flags.writeable = False
+        clusters.append(Cluster(
+            id=cid, representatives=tuple(nearest.tolist()), distances=tuple(dist[nearest].tolist()),
+            size=int(members.size), members=members,
+            chunks=tuple(chunks[i] for i in nearest.tolist()) if chunks is not None else (),
         ))
-    params.update(k=k, balance=balance, n_steps=steps)
-    if len(out) < k:
-        log.warning("K-means left %d of %d clusters empty; %d clusters returned", k - len(out), k, len(out))
+    params.update(k=k, n_steps=steps)
+    if len(clusters) < k:
+        log.warning("K-means left %d of %d clusters empty; %d clusters returned", k - len(clusters), k,
+                    len(clusters))
+    timings["cluster_s"] = time.perf_counter() - t1
+    timings["total_s"] = time.perf_counter() - t0
     inertia = float(dist_sq.sum(dtype=np.float64))
-    return SelectResult(out, relabel, np.array(kept_centers, dtype=np.float32), k, inertia, params)
+    return SelectResult(clusters, relabel, np.ascontiguousarray(centers[kept], dtype=np.float32), k, inertia,
+                        params, timings, inputs.embedding, inputs.items)
 
 
 def _balanced_clusters(x: np.ndarray, k: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:

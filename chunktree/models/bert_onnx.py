@@ -21,6 +21,8 @@ from typing import Any
 
 import numpy as np
 
+from chunktree.checks import InvalidValueError
+
 OPSET = 18
 # Additive bias for padded key positions. Any value whose exp() underflows to 0 in float32 gives
 # the same softmax as the -inf of the reference; a finite value keeps all-padding rows NaN-free.
@@ -29,7 +31,7 @@ _MASK_BIAS = -1.0e9
 
 def _require(weights: Mapping[str, np.ndarray], name: str) -> np.ndarray:
     if name not in weights:
-        raise KeyError(f"BERT weights are missing tensor {name!r}; is this a BERT-family checkpoint?")
+        raise InvalidValueError(f"BERT weights are missing tensor {name!r}; is this a BERT-family checkpoint?")
     return np.ascontiguousarray(weights[name], dtype=np.float32)
 
 
@@ -61,9 +63,9 @@ def build_bert_onnx(
     eps = float(config.get("layer_norm_eps", 1e-12))
     act = config.get("hidden_act", "gelu")
     if act != "gelu":
-        raise ValueError(f"hidden_act must be 'gelu' (exact erf GELU); got {act!r}")
+        raise InvalidValueError(f"hidden_act must be 'gelu' (exact erf GELU); got {act!r}")
     if hidden % heads:
-        raise ValueError(f"hidden_size={hidden} is not divisible by num_attention_heads={heads}")
+        raise InvalidValueError(f"hidden_size={hidden} is not divisible by num_attention_heads={heads}")
     head_dim = hidden // heads
 
     nodes: list[Any] = []

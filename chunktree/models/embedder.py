@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from chunktree.checks import InvalidTypeError, InvalidValueError, positive_int
 from chunktree.models import registry
 
 log = logging.getLogger(__name__)
@@ -27,7 +28,7 @@ def resolve_model(model: str | os.PathLike[str]) -> Path:
         return registry.onnx_path(registry.MODELS[model])
     path = Path(model)
     if not path.is_file():
-        raise ValueError(
+        raise InvalidValueError(
             f"model must be one of {sorted(registry.MODELS)} or the path of an .onnx file written by "
             f"'chunktree export'; got {str(model)!r}"
         )
@@ -58,9 +59,9 @@ class Embedder:
         import onnxruntime as ort
         from tokenizers import Tokenizer
 
-        if threads is not None and (not isinstance(threads, int) or threads < 1):
-            raise ValueError(f"threads must be a positive int or None; got {threads!r}")
-        self.batch_size = _check_batch_size(batch_size)
+        if threads is not None:
+            positive_int(threads, "threads")
+        self.batch_size = positive_int(batch_size, "batch_size")
         self.path = resolve_model(model)
         options = ort.SessionOptions()
         options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
@@ -71,10 +72,11 @@ class Embedder:
         required = [registry.META_MODEL_ID, registry.META_WINDOW, registry.META_DIM, registry.META_TOKENIZER]
         missing = [k for k in required if k not in meta]
         if missing:
-            raise ValueError(
+            raise InvalidValueError(
                 f"model file {self.path} lacks the metadata {missing}; write it with 'chunktree export'"
             )
         self.model_id: str = meta[registry.META_MODEL_ID]
+        self.name: str = meta.get(registry.META_NAME, self.path.stem)
         self.window: int = int(meta[registry.META_WINDOW])
         self.dim: int = int(meta[registry.META_DIM])
         # For counting tokens (the chunker): whole texts, no padding, no truncation.
@@ -100,12 +102,12 @@ class Embedder:
         numpy.ndarray, float32, shape (len(texts), dim), C-contiguous; each row has unit L2 norm.
         """
         if isinstance(texts, str):
-            raise TypeError("texts must be a sequence of strings, not a single string; wrap it in a list")
+            raise InvalidTypeError("texts must be a sequence of strings, not a single string; wrap it in a list")
         texts = list(texts)
         for i, t in enumerate(texts):
             if not isinstance(t, str):
-                raise TypeError(f"texts[{i}] must be str; got {type(t).__name__}")
-        batch_size = self.batch_size if batch_size is None else _check_batch_size(batch_size)
+                raise InvalidTypeError(f"texts[{i}] must be str; got {type(t).__name__}")
+        batch_size = self.batch_size if batch_size is None else positive_int(batch_size, "batch_size")
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         if not texts:
             return out
@@ -145,12 +147,24 @@ class Embedder:
         (vectors,) = self._session.run(["sentence_embedding"], {"input_ids": input_ids, "attention_mask": mask})
         return vectors
 
+    def count_tokens(self, texts: Sequence[str]) -> np.ndarray:
+        """Tokens of each text: chunktree's one token-count convention.
+
+        A text's tokens are the tokenizer's ids for its content, **without** the special tokens
+        ([CLS], [SEP]) the model adds around each window: what the text adds to an LLM prompt or a
+        token budget. (``chunk_tokens`` in chunking is a window size instead, so it counts the
+        special tokens too: a chunk holds at most ``chunk_tokens - special_tokens`` of these.)
+
+        Returns
+        -------
+        numpy.ndarray, int64, shape (len(texts),).
+        """
+        if isinstance(texts, str):
+            raise InvalidTypeError("texts must be a sequence of strings, not a single string; wrap it in a list")
+        encodings = self.tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        return np.fromiter((len(e.ids) for e in encodings), dtype=np.int64, count=len(encodings))
+
     def warmup(self) -> None:
         """Run one small batch so the first real request does not pay session initialisation."""
         self.embed(["warm up the embedder"])
 
-
-def _check_batch_size(batch_size: int) -> int:
-    if not isinstance(batch_size, int) or isinstance(batch_size, bool) or batch_size < 1:
-        raise ValueError(f"batch_size must be a positive int; got {batch_size!r}")
-    return batch_size

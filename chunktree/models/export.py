@@ -20,6 +20,7 @@ from pathlib import Path
 
 import numpy as np
 
+from chunktree.checks import InvalidValueError, require
 from chunktree.models import registry
 
 log = logging.getLogger(__name__)
@@ -49,13 +50,8 @@ class ExportReport:
 
 
 def _import_torch():  # type: ignore[no-untyped-def]
-    try:
-        import torch
-        import transformers
-    except ImportError as exc:
-        raise ImportError(
-            "chunktree export needs torch and transformers: pip install 'chunktree[export]'"
-        ) from exc
+    torch = require("torch", "export", "chunktree export")
+    transformers = require("transformers", "export", "chunktree export")
     return torch, transformers
 
 
@@ -69,7 +65,7 @@ def _window(model_dir: Path, tokenizer: object, config: object) -> int:
 def _weights_digest(model_dir: Path) -> str:
     files = sorted(p for p in model_dir.iterdir() if p.suffix in {".safetensors", ".bin"} and p.is_file())
     if not files:
-        raise ValueError(f"model_dir {model_dir} holds no .safetensors or .bin weights")
+        raise InvalidValueError(f"model_dir {model_dir} holds no .safetensors or .bin weights")
     h = hashlib.sha256()
     for p in files:
         h.update(p.read_bytes())
@@ -82,21 +78,21 @@ def export_model(model_dir: str | os.PathLike[str], output: str | os.PathLike[st
 
     ``name`` (default: the folder's name) starts the model id that keys the embedding cache.
 
-    Raises ValueError when the exported model's min cosine to PyTorch is below ``MIN_COSINE``.
+    Raises InvalidValueError (a ValueError) when the exported model's min cosine to PyTorch is below ``MIN_COSINE``.
     """
     import onnx
 
     torch, transformers = _import_torch()
     model_dir, output = Path(model_dir), Path(output)
     if not (model_dir / "config.json").is_file():
-        raise ValueError(f"model_dir must be a Hugging Face model folder with config.json; got {model_dir}")
+        raise InvalidValueError(f"model_dir must be a Hugging Face model folder with config.json; got {model_dir}")
     tokenizer = transformers.AutoTokenizer.from_pretrained(model_dir)
     if not getattr(tokenizer, "is_fast", False):
-        raise ValueError(f"{model_dir}: needs a fast tokenizer (tokenizer.json or vocab.txt)")
+        raise InvalidValueError(f"{model_dir}: needs a fast tokenizer (tokenizer.json or vocab.txt)")
     model = transformers.AutoModel.from_pretrained(model_dir, attn_implementation="eager").eval()
     window = window or _window(model_dir, tokenizer, model.config)
     if window > model.config.max_position_embeddings:
-        raise ValueError(f"window must be <= max_position_embeddings={model.config.max_position_embeddings}; got {window}")
+        raise InvalidValueError(f"window must be <= max_position_embeddings={model.config.max_position_embeddings}; got {window}")
 
     class MeanPooled(torch.nn.Module):  # type: ignore[misc]
         def __init__(self) -> None:
@@ -144,7 +140,7 @@ def export_model(model_dir: str | os.PathLike[str], output: str | os.PathLike[st
     min_cos = _check(output, tokenizer, wrapped, window, torch)
     if min_cos < MIN_COSINE:
         output.unlink()
-        raise ValueError(f"exported model disagrees with PyTorch: min cosine {min_cos:.6f} < {MIN_COSINE}")
+        raise InvalidValueError(f"exported model disagrees with PyTorch: min cosine {min_cos:.6f} < {MIN_COSINE}")
     log.info("exported %s to %s: min cosine %.7f", model_dir, output, min_cos)
     return ExportReport(metadata[registry.META_MODEL_ID], window, model.config.hidden_size, len(CHECK_TEXTS), min_cos)
 

@@ -17,6 +17,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from chunktree.checks import ChunktreeError
 from chunktree.paths import cache_dir
 
 log = logging.getLogger(__name__)
@@ -76,7 +77,7 @@ DEFAULT_MODEL = ModelDescription(
 MODELS = {DEFAULT_MODEL.name: DEFAULT_MODEL}
 
 
-class ModelNotInstalledError(ImportError):
+class ModelNotInstalledError(ChunktreeError, ImportError):
     """The package bundling a known model's weights is not installed."""
 
 

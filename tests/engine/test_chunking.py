@@ -90,11 +90,11 @@ def test_tiny_document_is_one_chunk(tokenizer):
 
 def test_parameter_errors(tokenizer):
     doc = [Document("mem://x", "text")]
-    with pytest.raises(ValueError, match=r"chunk_tokens must be an int > 2 \(the special tokens\); got 2"):
+    with pytest.raises(ValueError, match=r"chunk_tokens must be > 2 \(the special tokens\); got 2"):
         chunk_documents(doc, tokenizer, chunk_tokens=2)
-    with pytest.raises(ValueError, match=r"overlap_tokens must be an int in \[0, 61\]; got 62"):
+    with pytest.raises(ValueError, match=r"overlap_tokens must be in \[0, 61\]; got 62"):
         chunk_documents(doc, tokenizer, chunk_tokens=64, overlap_tokens=62)
-    with pytest.raises(ValueError, match=r"overlap_tokens must be an int in \[0, 61\]; got -1"):
+    with pytest.raises(ValueError, match=r"overlap_tokens must be in \[0, 61\]; got -1"):
         chunk_documents(doc, tokenizer, chunk_tokens=64, overlap_tokens=-1)
     truncating = Tokenizer.from_str(tokenizer.to_str())
     truncating.enable_truncation(128)

@@ -4,6 +4,8 @@ import numpy as np
 import pytest
 from sklearn.cluster import KMeans
 
+from conftest import unit_topics
+
 from chunktree import MiniBatchKMeans
 from chunktree.kernels.kmeans import assign
 
@@ -14,6 +16,16 @@ def inertia(x, centers):
 
 
 @pytest.mark.parametrize("k", [10, 50])
+def test_inertia_within_2_percent_of_sklearn_on_synthetic_topics(k):
+    x, _ = unit_topics(3000, d=48, topics=40, spread=0.8, seed=k)
+    ours = MiniBatchKMeans(k, random_state=0).fit(x)
+    reference = KMeans(k, n_init=10, random_state=0).fit(x)
+    assert ours.inertia_ == pytest.approx(inertia(x, ours.cluster_centers_), rel=1e-5)
+    assert ours.inertia_ <= 1.02 * inertia(x, reference.cluster_centers_)
+
+
+@pytest.mark.real_data
+@pytest.mark.parametrize("k", [10, 50])
 def test_inertia_within_2_percent_of_sklearn(sample_embeddings, k):
     x = sample_embeddings
     ours = MiniBatchKMeans(k, random_state=0).fit(x)
@@ -22,20 +34,33 @@ def test_inertia_within_2_percent_of_sklearn(sample_embeddings, k):
     assert ours.inertia_ <= 1.02 * inertia(x, reference.cluster_centers_)
 
 
-def test_same_seed_same_output_and_contract(sample_embeddings):
-    x = sample_embeddings
+def test_fit_contract():
+    x, _ = unit_topics(1500, d=32, topics=12, seed=3)
     a = MiniBatchKMeans(8, random_state=3).fit(x)
-    b = MiniBatchKMeans(8, random_state=3).fit(x)
-    np.testing.assert_array_equal(a.cluster_centers_, b.cluster_centers_)
-    np.testing.assert_array_equal(a.labels_, b.labels_)
     assert a.labels_.shape == (len(x),) and set(a.labels_.tolist()) <= set(range(8))
     assert a.cluster_centers_.shape == (8, x.shape[1]) and a.cluster_centers_.dtype == np.float32
     np.testing.assert_array_equal(a.predict(x), a.labels_)
-    assert a.n_steps_ >= 1 and a.n_iter_ >= 1
+    assert a.n_steps_ >= 1 and a.n_iter_ >= 1 and a.n_features_in_ == 32
+    np.testing.assert_array_equal(a.labels_, assign(x, a.cluster_centers_)[0])
 
 
-def test_float64_gives_the_float32_result(sample_embeddings):
-    x = sample_embeddings[:500]
+def test_estimator_protocol_with_sklearn_clone():
+    from sklearn.base import clone
+
+    m = MiniBatchKMeans(5, batch_size=256, refine=2, random_state=7)
+    assert m.get_params() == {"n_clusters": 5, "batch_size": 256, "max_steps": 50, "tol": 1e-4,
+                              "max_no_improvement": 10, "refine": 2, "init_size": None, "n_init": 1,
+                              "random_state": 7}
+    copy = clone(m)  # scikit-learn checks that get_params round-trips through __init__
+    assert copy is not m and copy.get_params() == m.get_params()
+    assert m.set_params(n_clusters=3, tol=0.0) is m and (m.n_clusters, m.tol) == (3, 0.0)
+    with pytest.raises(ValueError, match="'n_cluster' is not a parameter of MiniBatchKMeans"):
+        m.set_params(n_cluster=3)
+    assert repr(MiniBatchKMeans(4, refine=2)) == "MiniBatchKMeans(n_clusters=4, refine=2)"
+
+
+def test_float64_gives_the_float32_result():
+    x, _ = unit_topics(500, seed=4)
     a = MiniBatchKMeans(5, random_state=0).fit(x)
     b = MiniBatchKMeans(5, random_state=0).fit(x.astype(np.float64))
     np.testing.assert_array_equal(a.labels_, b.labels_)
@@ -66,7 +91,10 @@ def test_partial_fit_then_predict():
     m = MiniBatchKMeans(3, random_state=0)
     for batch in np.array_split(x, 30):
         m.partial_fit(batch)
-    assert m.n_steps_ == 30
+        labels, dist_sq = assign(batch, m.cluster_centers_)  # as scikit-learn: the last batch's
+        np.testing.assert_array_equal(m.labels_, labels)
+        assert m.inertia_ == pytest.approx(float(dist_sq.sum(dtype=np.float64)), rel=1e-6)
+    assert m.n_steps_ == 30 and m.n_features_in_ == 4
     labels = m.predict(x)
     # each true blob maps to one cluster
     truth = np.argmin(((x[:, None, :] - centres[None]) ** 2).sum(axis=2), axis=1)
@@ -75,10 +103,12 @@ def test_partial_fit_then_predict():
 
 
 @pytest.mark.parametrize("kwargs, x, error, message", [
-    ({"n_clusters": 0}, np.ones((5, 2)), ValueError, "n_clusters must be a positive int; got 0"),
+    ({"n_clusters": 0}, np.ones((5, 2)), ValueError, r"n_clusters must be in \[1, n_samples=5\]; got 0"),
+    ({"n_clusters": 2.0}, np.ones((5, 2)), TypeError, r"n_clusters must be an int; got 2.0"),
+    ({"n_clusters": 2, "tol": -1}, np.ones((5, 2)), ValueError, "tol must be a number >= 0.0; got -1"),
     ({"n_clusters": 6}, np.ones((5, 2)), ValueError, r"n_clusters must be in \[1, n_samples=5\]; got 6"),
-    ({"n_clusters": 2, "batch_size": -1}, np.ones((5, 2)), ValueError, "batch_size must be a positive int"),
-    ({"n_clusters": 2, "refine": -1}, np.ones((5, 2)), ValueError, "refine must be an int >= 0"),
+    ({"n_clusters": 2, "batch_size": -1}, np.ones((5, 2)), ValueError, "batch_size must be >= 1; got -1"),
+    ({"n_clusters": 2, "refine": -1}, np.ones((5, 2)), ValueError, "refine must be >= 0; got -1"),
     ({"n_clusters": 2}, np.array([[1.0, np.nan], [0, 1]]), ValueError, "X must be finite; found nan"),
     ({"n_clusters": 2}, np.ones(5), ValueError, r"X must be a 2-D array \(n, d\); got shape \(5,\)"),
 ])
@@ -93,3 +123,5 @@ def test_predict_errors():
     m = MiniBatchKMeans(2).fit(np.random.default_rng(0).standard_normal((10, 3)))
     with pytest.raises(ValueError, match="X has 2 features; the model was fitted with 3"):
         m.predict(np.ones((3, 2)))
+    with pytest.raises(ValueError, match="X has 2 features; the model was fitted with 3"):
+        m.partial_fit(np.ones((3, 2)))

@@ -28,6 +28,20 @@ def test_every_chunk_in_exactly_one_cluster_and_nearest_representatives():
     firsts = [min(c.representatives) for c in r.clusters]
     assert firsts == sorted(firsts)  # document order
     assert r.representatives == [i for c in r.clusters for i in c.representatives]
+    assert set(r.timings) == {"embed_s", "cluster_s", "total_s"} and not set(r.timings) & set(r.params)
+
+
+def test_to_dict_is_json_ready():
+    import json
+
+    x, _ = topics(n=60, seed=8)
+    r = select(x, 4, per_cluster=2)
+    doc = json.loads(json.dumps(r.to_dict()))  # plain JSON types only
+    assert (doc["k"], doc["n_clusters"], doc["n_chunks"]) == (4, len(r.clusters), 60)
+    assert [c["members"] for c in doc["clusters"]] == [c.members.tolist() for c in r.clusters]
+    reps = [[rep["id"] for rep in c["representatives"]] for c in doc["clusters"]]
+    assert reps == [list(c.representatives) for c in r.clusters]
+    assert all(rep["source"] is None and rep["text"] is None for c in doc["clusters"] for rep in c["representatives"])
 
 
 def test_recovers_separated_topics():
@@ -36,13 +50,6 @@ def test_recovers_separated_topics():
     assert {truth[c.representatives[0]] for c in r.clusters} == set(range(6))
     for c in r.clusters:
         assert len(set(truth[list(c.members)].tolist())) == 1
-
-
-def test_deterministic_per_seed():
-    x, _ = topics(seed=2)
-    a, b = select(x, 5, seed=4), select(x, 5, seed=4)
-    assert a.representatives == b.representatives
-    np.testing.assert_array_equal(a.labels, b.labels)
 
 
 def test_k_from_token_budget():
@@ -74,23 +81,28 @@ def test_chunks_keep_provenance(embedder):
     assert [c.chunks[0] for c in r.clusters] == [chunks[c.representatives[0]] for c in r.clusters]
     by_topic = sorted(sorted(c.members) for c in r.clusters)
     assert by_topic == [[0, 1], [2, 3]]
-    mean_tokens = np.mean([len(e.ids) for e in embedder.tokenizer.encode_batch(texts)])
-    assert select(chunks, budget_tokens=20, embedder=embedder).k == int(20 // mean_tokens)
+    # One token per word or mark, special tokens not counted: 5, 5, 4, 4 (mean 4.5).
+    short = ["the whale is near .", "a ship sails far .", "oil lights the lamp", "the sea is cold"]
+    assert [len(embedder.tokenizer.encode(t, add_special_tokens=False).tokens) for t in short] == [5, 5, 4, 4]
+    assert select(short, budget_tokens=9, embedder=embedder).k == 2      # 9 // 4.5
+    assert select(short, budget_tokens=20, embedder=embedder).k == 4     # 20 // 4.5, capped at n
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"k": 0}, r"k must be in \[1, n_chunks=50\]; got 0"),
+    ({"k": 0}, r"k must be >= 1; got 0"),
+    ({"k": True}, "k must be an int; got True"),
     ({"k": 51}, r"k must be in \[1, n_chunks=50\]; got 51"),
     ({"k": "many"}, "k must be a positive int, 'elbow' or None; got 'many'"),
     ({}, "give k"),
-    ({"budget_tokens": 100}, "needs tokens="),
+    ({"budget_tokens": 100}, "with embeddings, pass tokens="),
     ({"budget_tokens": 10, "tokens": np.full(50, 100)}, "below one representative"),
     ({"budget_tokens": 100, "tokens": np.full(3, 10)}, "tokens must be 50 non-negative ints"),
-    ({"k": 3, "per_cluster": 0}, "per_cluster must be a positive int; got 0"),
+    ({"k": 3, "per_cluster": 0}, "per_cluster must be >= 1; got 0"),
+    ({"k": 3, "seed": -1}, "seed must be >= 0; got -1"),
 ])
 def test_bad_input(kwargs, message):
     x, _ = topics(n=50, seed=6)
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises((ValueError, TypeError), match=message):
         select(x, **kwargs)
 
 

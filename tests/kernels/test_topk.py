@@ -1,7 +1,9 @@
 """Top-K neighbours: exact against numpy.argpartition, clustered against exact (recall floor)."""
 
+import hypothesis.strategies as st
 import numpy as np
 import pytest
+from hypothesis import given, settings
 
 from chunktree.kernels.topk import topk_clustered, topk_exact
 
@@ -29,6 +31,16 @@ def test_exact_matches_reference(n, k, block):
     np.testing.assert_allclose(sims, np.sum(x[ids] * x[:, None, :], axis=2), atol=1e-5)
     assert (ids != np.arange(n)[:, None]).all()
     assert (np.diff(sims, axis=1) <= 0).all()
+
+
+@settings(max_examples=25, deadline=None)
+@given(n=st.integers(2, 80), d=st.integers(1, 16), seed=st.integers(0, 2**16), data=st.data())
+def test_exact_matches_reference_for_any_shape_and_block(n, d, seed, data):
+    k, block = data.draw(st.integers(1, n - 1)), data.draw(st.integers(1, 100))
+    x = unit(n, d, seed=seed)
+    ids, sims = topk_exact(x, k, block=block)
+    np.testing.assert_allclose(sims, reference_topk(x, k), atol=1e-5)
+    assert (ids != np.arange(n)[:, None]).all()
 
 
 def test_exact_with_duplicates_excludes_only_self():

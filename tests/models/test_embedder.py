@@ -66,12 +66,21 @@ def test_bad_input_errors(embedder):
         embedder.embed("a string")
     with pytest.raises(TypeError, match=r"texts\[1\] must be str; got int"):
         embedder.embed(["ok", 3])
-    with pytest.raises(ValueError, match="batch_size must be a positive int; got 0"):
+    with pytest.raises(ValueError, match="batch_size must be >= 1; got 0"):
         embedder.embed(["ok"], batch_size=0)
-    with pytest.raises(ValueError, match="threads must be a positive int or None; got -1"):
+    with pytest.raises(ValueError, match="threads must be >= 1; got -1"):
         Embedder(threads=-1)
+    with pytest.raises(TypeError, match="not a single string"):
+        embedder.count_tokens("a string")
     with pytest.raises(ValueError, match=r"model must be one of \['all-MiniLM-L6-v2'\].*'no-such-model'"):
         Embedder("no-such-model")
+
+
+def test_token_count_convention_excludes_special_tokens(embedder):
+    # One WordPiece token per word or mark here; [CLS] and [SEP] are not counted.
+    counts = embedder.count_tokens(["the sea is cold", "a ship sails far .", "", "whale"])
+    assert counts.tolist() == [4, 5, 0, 1] and counts.dtype == np.int64
+    assert embedder.special_tokens == 2 and embedder.name == "all-MiniLM-L6-v2"
 
 
 def test_model_file_without_metadata_is_rejected(tmp_path):

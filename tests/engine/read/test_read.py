@@ -6,8 +6,9 @@ import pytest
 from llm_server import LLMServer
 
 from chunktree import Chunk
-from chunktree.engine.llm import ChatClient
-from chunktree.engine.read import keep_best, parse_memory, read
+from chunktree.engine.read import ChatClient, read
+from chunktree.engine.read.extractive import keep_best
+from chunktree.engine.read.memory import parse_memory
 
 TEXTS = [f"Paragraph {i}. " + "The whale swam past the ship near the island. " * (3 + i % 4) for i in range(12)]
 
@@ -21,9 +22,9 @@ def server():
 def test_workers_pass_memory_along_the_order(server, embedder, tmp_path):
     client = ChatClient(server.base_url, "memory", backoff=0)
     order = [3, 1, 4, 0, 5, 9, 2, 6, 8, 7, 10, 11]
-    r = read(TEXTS, "Where did the whale swim?", order=order, llm=client, embedder=embedder,
+    r = read(TEXTS, "Where did the whale swim?", sequence=order, llm=client, embedder=embedder,
              memory_tokens=2000, window_tokens=8000, trace=tmp_path / "trace.jsonl")
-    assert r.order == order and not r.failures
+    assert r.order == order and not r.failures and r.strategy == "given" and r.reader == "llm"
     assert [i for s in r.steps for i in s.chunks] == order  # every chunk read once, in order
     assert r.answer == "ANSWER: seen " + ",".join(map(str, order))
     lines = [json.loads(x) for x in (tmp_path / "trace.jsonl").read_text().splitlines()]
@@ -34,7 +35,7 @@ def test_workers_pass_memory_along_the_order(server, embedder, tmp_path):
 def test_window_is_never_exceeded(server, embedder):
     client = ChatClient(server.base_url, "memory", backoff=0)
     window, memory = 600, 64
-    r = read(TEXTS, "Where?", order="document", llm=client, embedder=embedder, memory_tokens=memory,
+    r = read(TEXTS, "Where?", strategy="document", llm=client, embedder=embedder, memory_tokens=memory,
              window_tokens=window)
     assert len(r.steps) > 1  # packing had to split the text over several calls
     for req in server.requests[:-1]:  # worker calls
@@ -48,21 +49,21 @@ def test_window_is_never_exceeded(server, embedder):
 def test_long_chunk_is_split_to_fit(server, embedder):
     client = ChatClient(server.base_url, "memory", backoff=0)
     long_text = "A long sentence about whales and the sea. " * 200
-    r = read([long_text, "short"], "q", order=[0, 1], llm=client, embedder=embedder, memory_tokens=32,
+    r = read([long_text, "short"], "q", sequence=[0, 1], llm=client, embedder=embedder, memory_tokens=32,
              window_tokens=400)
     assert [i for s in r.steps for i in s.chunks].count(0) > 1
     assert r.steps[-1].chunks[-1] == 1
 
 
 def test_malformed_reply_is_retried_once(server, embedder):
-    r = read(TEXTS[:3], "q", order=[0, 1, 2], llm=ChatClient(server.base_url, "malformed-once", backoff=0),
+    r = read(TEXTS[:3], "q", sequence=[0, 1, 2], llm=ChatClient(server.base_url, "malformed-once", backoff=0),
              embedder=embedder, memory_tokens=500, window_tokens=8000)
     assert not r.failures and all(s.attempts == 2 for s in r.steps)
     assert r.answer == "ANSWER: seen 0,1,2"
 
 
 def test_malformed_twice_keeps_previous_memory(server, embedder):
-    r = read(TEXTS[:2], "q", order=[0, 1], llm=ChatClient(server.base_url, "malformed", backoff=0),
+    r = read(TEXTS[:2], "q", sequence=[0, 1], llm=ChatClient(server.base_url, "malformed", backoff=0),
              embedder=embedder, memory_tokens=500, window_tokens=8000)
     assert len(r.failures) == len(r.steps) == 1 and r.steps[0].attempts == 2
     assert "malformed reply" in r.steps[0].error
@@ -92,20 +93,24 @@ def test_extractive_reader(embedder):
               for i, t in enumerate(["Ships carry cargo. The harbour was quiet.",
                                      "The blue whale is the largest animal. It eats krill.",
                                      "Sailors sing songs at night."])]
-    r = read(chunks, "What is the largest animal?", order="document", embedder=embedder, memory_tokens=16)
+    r = read(chunks, "What is the largest animal?", strategy="document", embedder=embedder, memory_tokens=16)
     best = r.memory["evidence"][0]
     assert best["quote"] == "The blue whale is the largest animal."
     assert (best["source"], best["start"], best["end"]) == ("doc.txt", 100, 100 + len(best["quote"]))
     assert sum(len(embedder.tokenizer.encode(e["quote"], add_special_tokens=False).ids)
                for e in r.memory["evidence"]) <= 16
-    again = read(chunks, "What is the largest animal?", order="document", embedder=embedder, memory_tokens=16)
-    assert again.memory == r.memory  # deterministic
+    assert r.order == [0, 1, 2] and r.reader == "extractive" and r.strategy == "document"
+    doc = r.to_dict()
+    assert doc["answer"] == r.answer and doc["failures"] == 0 and "memory" not in doc["steps"][0]
+    assert set(doc["timings"]) == {"order_s", "read_s", "answer_s", "total_s"}
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    ({"order": [0, 0]}, "distinct chunk indices"),
-    ({"order": [5]}, "distinct chunk indices"),
-    ({"memory_tokens": 4}, "memory_tokens must be >= 16"),
+    ({"sequence": [0, 0]}, "distinct chunk indices"),
+    ({"sequence": [5]}, "distinct chunk indices"),
+    ({"memory_tokens": 4}, "memory_tokens must be >= 16; got 4"),
+    ({"strategy": "zigzag"}, "strategy must be one of"),
+    ({"prompts": {"wroker": "x"}}, r"prompts keys must be among .*\['wroker'\]"),
 ])
 def test_bad_input(embedder, kwargs, message):
     with pytest.raises(ValueError, match=message):

@@ -1,4 +1,10 @@
-"""The ``chunktree`` command line. The only module that prints."""
+"""The ``chunktree`` command line: the only module that prints.
+
+Each command parses its arguments, calls the library, and prints the result's own ``to_dict()``
+(``--format json``) or a summary of it. A ``ChunktreeError`` (bad input, a missing model or extra,
+an LLM endpoint that fails) is printed as one line with exit code 2; anything else is a bug and
+shows its traceback.
+"""
 
 from __future__ import annotations
 
@@ -13,13 +19,12 @@ from typing import Any
 
 import numpy as np
 
+from chunktree.checks import ChunktreeError, InvalidValueError, require
 from chunktree.engine.chunking import DEFAULT_CHUNK_TOKENS, DEFAULT_OVERLAP_TOKENS, chunk_documents
-from chunktree.engine.documents import DocumentError, read_paths, sample_documents
-from chunktree.engine.llm import LLMError
+from chunktree.engine.documents import read_paths, sample_documents
 from chunktree.engine.order import EXACT_MAX_N, METHODS, STRATEGIES
 from chunktree.models.embedder import DEFAULT_BATCH_SIZE
-from chunktree.models.registry import DEFAULT_MODEL, ModelNotInstalledError
-
+from chunktree.models.registry import DEFAULT_MODEL
 
 def _add_corpus_args(p: argparse.ArgumentParser, model_flag: str = "--model") -> None:
     p.add_argument("paths", nargs="*", metavar="PATH",
@@ -100,6 +105,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--memory-tokens", type=int, default=512, help="memory budget (default %(default)s)")
     p.add_argument("--window-tokens", type=int, default=4096, help="LLM context window (default %(default)s)")
     p.add_argument("--trace", type=Path, default=None, help="write one JSON line per worker step here")
+    p.add_argument("--format", choices=("text", "json"), default="text")
     p.set_defaults(func=cmd_read)
 
     p = sub.add_parser("eval-order", help="measure how much gold evidence each order keeps (SQuAD-format data)",
@@ -153,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
                         format="%(levelname)s %(name)s: %(message)s")
     try:
         return int(args.func(args) or 0)
-    except (DocumentError, ModelNotInstalledError, LLMError, ImportError, ValueError, TypeError) as exc:
+    except ChunktreeError as exc:
         print(f"chunktree {args.command}: error: {exc}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # the reader closed the pipe (`| head`): stop quietly
@@ -161,12 +167,16 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
+def _progress() -> bool:
+    return sys.stderr.isatty()
+
+
 def _load_chunks(args: argparse.Namespace) -> tuple[Any, list[Any], float]:
     """Read the corpus, load the embedder, chunk. Returns (embedder, chunks, chunk seconds)."""
     from chunktree.models.embedder import Embedder
 
     if args.sample == bool(args.paths):
-        raise ValueError("give input PATHs or --sample (one of the two)")
+        raise InvalidValueError("give input PATHs or --sample (one of the two)")
     embedder = Embedder(args.model, threads=args.threads, batch_size=args.batch_size)
     t0 = time.perf_counter()
     docs = sample_documents() if args.sample else read_paths(args.paths)
@@ -180,12 +190,41 @@ def _open_cache(args: argparse.Namespace) -> Any:
     return None if args.no_cache else EmbeddingCache(args.cache)
 
 
+def _snippet(text: str, width: int = 100) -> str:
+    flat = " ".join(text.split())
+    return flat[:width] + ("…" if len(flat) > width else "")
+
+
+def _embed_line(embedding: dict[str, Any]) -> str:
+    return (f"embed {embedding['seconds']:.2f} s ({embedding['embedded']} embedded, "
+            f"{embedding['cache_hits']} from cache)")
+
+
+def _with_chunk_time(doc: dict[str, Any], chunk_s: float) -> dict[str, Any]:
+    """The result's dict with the CLI's own stage, chunking, first in its timings."""
+    return {**doc, "timings": {"chunk_s": chunk_s, **doc["timings"]}}
+
+
+def _printed_structured(doc: dict[str, Any], fmt: str, rows: str) -> bool:
+    """Print ``doc`` as JSON (``json``) or its ``rows`` one per line (``jsonl``); False for text."""
+    if fmt == "json":
+        print(json.dumps(doc, ensure_ascii=False, indent=1))
+    elif fmt == "jsonl":
+        for row in doc[rows]:
+            print(json.dumps(row, ensure_ascii=False))
+    return fmt in ("json", "jsonl")
+
+
+def _corpus_line(chunks: list[Any]) -> str:
+    return f"{len(chunks)} chunks from {len({c.source for c in chunks})} source(s)"
+
+
 def cmd_embed(args: argparse.Namespace) -> int:
     from chunktree.engine.embedding import embed_texts
 
     embedder, chunks, chunk_s = _load_chunks(args)
     cache = _open_cache(args)
-    vectors, stats = embed_texts([c.text for c in chunks], embedder, cache, progress=sys.stderr.isatty())
+    vectors, stats = embed_texts([c.text for c in chunks], embedder, cache, progress=_progress())
     out = args.output if args.output.suffix == ".npy" else args.output.with_suffix(args.output.suffix + ".npy")
     out.parent.mkdir(parents=True, exist_ok=True)
     np.save(out, vectors)
@@ -193,137 +232,89 @@ def cmd_embed(args: argparse.Namespace) -> int:
     with meta.open("w", encoding="utf-8") as f:
         for c in chunks:
             f.write(json.dumps(c.to_dict(), ensure_ascii=False) + "\n")
-    sources = len({c.source for c in chunks})
-    print(f"{len(chunks)} chunks from {sources} source(s), model {embedder.model_id} ({embedder.dim} dims)")
-    print(f"chunk {chunk_s:.2f} s | embed {stats.seconds:.2f} s "
-          f"({stats.embedded} embedded, {stats.cache_hits} from cache"
-          f"{'' if cache is None else ' ' + str(cache.path)})")
+    print(f"{_corpus_line(chunks)}, model {embedder.model_id} ({embedder.dim} dims)")
+    print(f"chunk {chunk_s:.2f} s | {_embed_line(stats.to_dict())}"
+          f"{'' if cache is None else ' cache ' + str(cache.path)}")
     print(f"wrote {out} ({vectors.shape[0]} x {vectors.shape[1]} float32) and {meta}")
     return 0
 
 
 def cmd_order(args: argparse.Namespace) -> int:
-    from chunktree.engine.embedding import embed_texts
     from chunktree.engine.order import order
 
     if args.top is not None and args.top < 1:
-        raise ValueError(f"--top must be >= 1; got {args.top}")
+        raise InvalidValueError(f"--top must be >= 1; got {args.top}")
     embedder, chunks, chunk_s = _load_chunks(args)
-    cache = _open_cache(args)
-    vectors, stats = embed_texts([c.text for c in chunks], embedder, cache, progress=sys.stderr.isatty())
-    t0 = time.perf_counter()
-    query = None if args.query is None else embedder.embed([args.query])[0]
-    result = order(vectors, query, strategy=args.strategy, root=args.root, method=args.method, k=args.neighbours)
-    order_s = time.perf_counter() - t0
-    top = args.top or (10 if args.format == "text" else len(chunks))
-    rows = []
-    for row in result.explain()[:top]:
-        c = chunks[row["chunk"]]
-        rows.append({"position": row["position"], "id": c.id, "source": c.source, "index": c.index,
-                     "start": c.start, "end": c.end, "page": c.page, "heading": c.heading,
-                     "parent": row["parent"], "parent_similarity": row["parent_similarity"],
-                     "query_similarity": row["query_similarity"], "text": c.text})
-    timing = {"chunk_s": round(chunk_s, 4), "embed_s": round(stats.seconds, 4), "order_s": round(order_s, 4)}
-    if args.format == "json":
-        params = {k: v for k, v in result.params.items() if not k.endswith("_s")}
-        weight = None if np.isnan(result.tree_weight) else result.tree_weight
-        doc = {"order": result.order.tolist(), "root": result.root, "strategy": result.strategy,
-               "method": result.method, "params": params, "tree_weight": weight,
-               "query": args.query, "n_chunks": len(chunks), "model": embedder.model_id,
-               "cache_hits": stats.cache_hits, "timing": timing, "chunks": rows}
-        print(json.dumps(doc, ensure_ascii=False, indent=1))
-    elif args.format == "jsonl":
-        for row in rows:
-            print(json.dumps(row, ensure_ascii=False))
-    else:
-        weight = "" if np.isnan(result.tree_weight) else f", tree weight {result.tree_weight:.2f}"
-        print(f"{len(chunks)} chunks from {len({c.source for c in chunks})} source(s); "
-              f"strategy {result.strategy}, method {result.method}{weight}; root chunk {result.root}")
-        print(f"time: chunk {chunk_s:.2f} s | embed {stats.seconds:.2f} s "
-              f"({stats.embedded} embedded, {stats.cache_hits} from cache) | order {order_s:.3f} s")
-        print(f"first {len(rows)} of {len(chunks)} in reading order:")
-        for row in rows:
-            where = f"{row['source']} [{row['start']}:{row['end']}]"
-            link = "root" if row["parent"] is None else f"after #{row['parent']} (sim {row['parent_similarity']:.3f})"
-            qs = "" if row["query_similarity"] is None else f", query sim {row['query_similarity']:.3f}"
-            snippet = " ".join(row["text"].split())
-            snippet = snippet[:100] + ("…" if len(snippet) > 100 else "")
-            print(f"{row['position'] + 1:>4}. #{row['id']} {where} {link}{qs}\n      {snippet}")
+    result = order(chunks, args.query, strategy=args.strategy, root=args.root, method=args.method,
+                   k=args.neighbours, embedder=embedder, cache=_open_cache(args), progress=_progress())
+    top = args.top or (10 if args.format == "text" else None)
+    doc = _with_chunk_time(result.to_dict(top=top), chunk_s)
+    if _printed_structured(doc, args.format, "chunks"):
+        return 0
+    weight = "" if doc["tree_weight"] is None else f", tree weight {doc['tree_weight']:.2f}"
+    print(f"{_corpus_line(chunks)}; strategy {doc['strategy']}, method {doc['method']}{weight}; root chunk {doc['root']}")
+    order_s = doc["timings"]["total_s"] - doc["timings"]["embed_s"]
+    print(f"time: chunk {chunk_s:.2f} s | {_embed_line(doc['embedding'])} | order {order_s:.3f} s")
+    print(f"first {len(doc['chunks'])} of {len(chunks)} in reading order:")
+    for row in doc["chunks"]:
+        where = f"{row['source']} [{row['start']}:{row['end']}]"
+        link = "root" if row["parent"] is None else f"after #{row['parent']} (sim {row['parent_similarity']:.3f})"
+        qs = "" if row["query_similarity"] is None else f", query sim {row['query_similarity']:.3f}"
+        print(f"{row['position'] + 1:>4}. #{row['id']} {where} {link}{qs}\n      {_snippet(row['text'])}")
     return 0
 
 
+def _parse_k(value: str | None) -> int | str | None:
+    if value is None or value == "elbow":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise InvalidValueError(f"-k must be an int or 'elbow'; got {value!r}") from None
+
+
 def cmd_select(args: argparse.Namespace) -> int:
-    from chunktree.engine.embedding import embed_texts
     from chunktree.engine.select import select
 
-    k: int | str | None = args.clusters
-    if k is not None and k != "elbow":
-        try:
-            k = int(k)
-        except ValueError:
-            raise ValueError(f"-k must be an int or 'elbow'; got {k!r}") from None
+    k = _parse_k(args.clusters)
     embedder, chunks, chunk_s = _load_chunks(args)
-    cache = _open_cache(args)
-    vectors, stats = embed_texts([c.text for c in chunks], embedder, cache, progress=sys.stderr.isatty())
-    t0 = time.perf_counter()
-    tokens = [len(e.ids) for e in embedder.tokenizer.encode_batch([c.text for c in chunks])] \
-        if args.budget_tokens is not None else None
-    result = select(vectors, k, per_cluster=args.per_cluster, budget_tokens=args.budget_tokens, tokens=tokens,
-                    balance=args.balance, seed=args.seed)
-    select_s = time.perf_counter() - t0
-    rows = []
-    for cluster in result.clusters:
-        reps = []
-        for i, dist in zip(cluster.representatives, cluster.distances):
-            c = chunks[i]
-            reps.append({"id": c.id, "source": c.source, "index": c.index, "start": c.start, "end": c.end,
-                         "page": c.page, "heading": c.heading, "distance": dist, "text": c.text})
-        rows.append({"cluster": cluster.id, "size": cluster.size, "members": list(cluster.members),
-                     "representatives": reps})
-    timing = {"chunk_s": round(chunk_s, 4), "embed_s": round(stats.seconds, 4), "select_s": round(select_s, 4)}
-    if args.format == "json":
-        print(json.dumps({"k": result.k, "n_chunks": len(chunks), "inertia": result.inertia,
-                          "model": embedder.model_id, "cache_hits": stats.cache_hits, "timing": timing,
-                          "clusters": rows}, ensure_ascii=False, indent=1))
-    elif args.format == "jsonl":
-        for row in rows:
-            print(json.dumps(row, ensure_ascii=False))
-    else:
-        print(f"{len(chunks)} chunks from {len({c.source for c in chunks})} source(s) -> {len(rows)} clusters "
-              f"(k={result.k}), {args.per_cluster} representative(s) each")
-        print(f"time: chunk {chunk_s:.2f} s | embed {stats.seconds:.2f} s "
-              f"({stats.embedded} embedded, {stats.cache_hits} from cache) | select {select_s:.3f} s")
-        for row in rows:
-            print(f"cluster {row['cluster'] + 1}: {row['size']} chunks")
-            for rep in row["representatives"]:
-                heading = f" [{rep['heading']}]" if rep["heading"] else ""
-                snippet = " ".join(rep["text"].split())
-                snippet = snippet[:100] + ("…" if len(snippet) > 100 else "")
-                print(f"   #{rep['id']} {rep['source']} [{rep['start']}:{rep['end']}]{heading} "
-                      f"distance {rep['distance']:.3f}\n      {snippet}")
+    result = select(chunks, k, per_cluster=args.per_cluster, budget_tokens=args.budget_tokens,
+                    balance=args.balance, seed=args.seed, embedder=embedder, cache=_open_cache(args),
+                    progress=_progress())
+    doc = _with_chunk_time(result.to_dict(), chunk_s)
+    if _printed_structured(doc, args.format, "clusters"):
+        return 0
+    print(f"{_corpus_line(chunks)} -> {doc['n_clusters']} clusters "
+          f"(k={doc['k']}), {args.per_cluster} representative(s) each")
+    select_s = doc["timings"]["total_s"] - doc["timings"]["embed_s"]
+    print(f"time: chunk {chunk_s:.2f} s | {_embed_line(doc['embedding'])} | select {select_s:.3f} s")
+    for row in doc["clusters"]:
+        print(f"cluster {row['cluster'] + 1}: {row['size']} chunks")
+        for rep in row["representatives"]:
+            heading = f" [{rep['heading']}]" if rep["heading"] else ""
+            print(f"   #{rep['id']} {rep['source']} [{rep['start']}:{rep['end']}]{heading} "
+                  f"distance {rep['distance']:.3f}\n      {_snippet(rep['text'])}")
     return 0
 
 
 def cmd_read(args: argparse.Namespace) -> int:
-    from chunktree.engine.read import read
+    from chunktree.engine.read import ChatClient, read
 
     llm = None
     if not args.extractive:
-        from chunktree.engine.llm import ChatClient
-
         if not (args.llm_base_url or os.environ.get("CHUNKTREE_LLM_BASE_URL") or os.environ.get("OPENAI_BASE_URL")):
-            raise ValueError("give --extractive (no LLM) or --llm-base-url URL (or set CHUNKTREE_LLM_BASE_URL)")
+            raise InvalidValueError("give --extractive (no LLM) or --llm-base-url URL (or set CHUNKTREE_LLM_BASE_URL)")
         llm = ChatClient(args.llm_base_url, args.llm_model)
     embedder, chunks, chunk_s = _load_chunks(args)
-    cache = _open_cache(args)
-    t0 = time.perf_counter()
-    result = read(chunks, args.query, order=args.order, llm=llm, memory_tokens=args.memory_tokens,
-                  window_tokens=args.window_tokens, embedder=embedder, cache=cache, trace=args.trace,
-                  progress=sys.stderr.isatty())
-    read_s = time.perf_counter() - t0
+    result = read(chunks, args.query, strategy=args.order, llm=llm, memory_tokens=args.memory_tokens,
+                  window_tokens=args.window_tokens, embedder=embedder, cache=_open_cache(args), trace=args.trace,
+                  progress=_progress())
+    doc = _with_chunk_time(result.to_dict(), chunk_s)
+    if _printed_structured(doc, args.format, "steps"):
+        return 0
     who = "extractive reader" if llm is None else f"LLM {llm.model} at {llm.base_url}"
     print(f"{len(chunks)} chunks, order {args.order}, {len(result.steps)} worker steps ({who}), "
-          f"{len(result.failures)} failed; chunk {chunk_s:.2f} s, read {read_s:.2f} s")
+          f"{len(result.failures)} failed; chunk {chunk_s:.2f} s, read {doc['timings']['total_s']:.2f} s")
     print(f"\nanswer:\n{result.answer}")
     evidence = result.memory.get("evidence", [])
     if evidence:
@@ -333,7 +324,7 @@ def cmd_read(args: argparse.Namespace) -> int:
             c = chunks[i] if isinstance(i, int) and 0 <= i < len(chunks) else None
             start, end = (item["start"], item["end"]) if "start" in item else (c.start, c.end) if c else (None, None)
             where = f"#{i} {c.source} [{start}:{end}]" if c else f"#{i}"
-            print(f"  {where}: {' '.join(str(item.get('quote', '')).split())[:120]}")
+            print(f"  {where}: {_snippet(str(item.get('quote', '')), 120)}")
     if args.trace:
         print(f"\ntrace: {args.trace}")
     return 0
@@ -341,16 +332,15 @@ def cmd_read(args: argparse.Namespace) -> int:
 
 def cmd_eval_order(args: argparse.Namespace) -> int:
     from chunktree.engine.evaluate import evaluate_orders, format_table, load_squad
-    from chunktree.models.embedder import Embedder
+    from chunktree.engine.inputs import default_embedder
 
     articles = load_squad(args.data)
     if args.articles is not None:
         if args.articles < 1:
-            raise ValueError(f"--articles must be >= 1; got {args.articles}")
+            raise InvalidValueError(f"--articles must be >= 1; got {args.articles}")
         articles = articles[:args.articles]
-    embedder = Embedder()
-    result = evaluate_orders(articles, embedder, _open_cache(args), budget=args.budget, seed=args.seed,
-                             progress=sys.stderr.isatty())
+    result = evaluate_orders(articles, default_embedder(), _open_cache(args), budget=args.budget, seed=args.seed,
+                             progress=_progress())
     print(format_table(result))
     if args.json:
         args.json.write_text(json.dumps(result, indent=1), encoding="utf-8")
@@ -359,21 +349,15 @@ def cmd_eval_order(args: argparse.Namespace) -> int:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
-    try:
-        import uvicorn
-    except ImportError as exc:
-        raise ImportError("chunktree serve needs the service extra: pip install 'chunktree[serve]'") from exc
-    from chunktree.engine.serve import Limits, create_app
+    uvicorn = require("uvicorn", "serve", "chunktree serve")
+    from chunktree.apps.serve import Limits, create_app
     from chunktree.models.embedder import Embedder
 
     api_key = None
     if args.api_key_env:
         api_key = os.environ.get(args.api_key_env)
         if not api_key:
-            raise ValueError(f"--api-key-env {args.api_key_env}: that environment variable is not set or empty")
-    for name in ("max_batch", "max_texts", "max_queue"):
-        if getattr(args, name) < 1:
-            raise ValueError(f"--{name.replace('_', '-')} must be >= 1; got {getattr(args, name)}")
+            raise InvalidValueError(f"--api-key-env {args.api_key_env}: that environment variable is not set or empty")
     limits = Limits(max_texts=args.max_texts, max_queue=args.max_queue, max_batch=args.max_batch,
                     max_wait_ms=args.max_wait_ms, batching=not args.no_batching)
     embedder = Embedder(args.model, threads=args.threads)

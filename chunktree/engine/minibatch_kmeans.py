@@ -9,13 +9,14 @@ the same seed gives the same result.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import math
 from typing import Any
 
 import numpy as np
 
-from chunktree.engine.vectors import check_array, positive_int
+from chunktree.checks import InvalidValueError, check_array, integer, number, positive_int
 from chunktree.kernels.kmeans import assign, center_sums, kmeans_plusplus
 
 log = logging.getLogger(__name__)
@@ -33,14 +34,22 @@ class MiniBatchKMeans:
         per-feature variance (0 disables).
     max_no_improvement : stop after this many steps without a new best smoothed batch inertia.
     refine : full Lloyd passes after the mini-batch phase.
-    init_size : rows sampled for k-means++ seeding (default max(3 * batch_size, 3 * K), capped at n).
+    init_size : rows sampled for k-means++ seeding (default max(3 * batch_size, 100 * K), capped
+        at n).
+    n_init : k-means++ seedings tried on that sample; the one with the lowest inertia on the
+        sample is kept.
     random_state : int seed or numpy Generator.
 
-    Attributes (after fit)
-    ----------------------
-    cluster_centers_ : float32 (K, d). labels_ : int64 (n,). inertia_ : sum of squared distances
-    to the nearest centre. n_steps_ : mini-batch steps taken. n_iter_ : passes over the data
-    (mini-batch steps as whole passes, plus the Lloyd passes).
+    Attributes
+    ----------
+    cluster_centers_ : float32 (K, d).
+    labels_ : int64, the nearest centre of each row (after ``partial_fit``: of the last batch).
+    inertia_ : sum of squared distances to the nearest centre (after ``partial_fit``: of the
+        last batch, as scikit-learn does).
+    n_features_in_ : d.
+    n_steps_ : mini-batch steps taken.
+    n_iter_ : passes over the data (mini-batch steps as whole passes, plus the Lloyd passes);
+        set by ``fit``.
     """
 
     def __init__(self, n_clusters: int = 8, *, batch_size: int = 1024, max_steps: int = 50, tol: float = 1e-4,
@@ -56,17 +65,42 @@ class MiniBatchKMeans:
         self.n_init = n_init
         self.random_state = random_state
 
+    # scikit-learn's estimator protocol: the parameters are exactly __init__'s arguments.
+    @classmethod
+    def _param_names(cls) -> list[str]:
+        return [p for p in inspect.signature(cls.__init__).parameters if p != "self"]
+
+    def get_params(self, deep: bool = True) -> dict[str, Any]:
+        """The estimator's parameters (``deep`` is accepted for scikit-learn; there are no
+        nested estimators)."""
+        return {name: getattr(self, name) for name in self._param_names()}
+
+    def set_params(self, **params: Any) -> MiniBatchKMeans:
+        """Set parameters by name; they are checked at the next ``fit``."""
+        names = self._param_names()
+        for name, value in params.items():
+            if name not in names:
+                raise InvalidValueError(f"{name!r} is not a parameter of MiniBatchKMeans; valid: {names}")
+            setattr(self, name, value)
+        return self
+
+    def __repr__(self) -> str:
+        defaults = {p.name: p.default for p in inspect.signature(type(self).__init__).parameters.values()}
+        changed = [f"{k}={v!r}" for k, v in self.get_params().items() if v is not defaults[k] and v != defaults[k]]
+        return f"MiniBatchKMeans({', '.join(changed)})"
+
     def _check_params(self, n: int) -> None:
-        for name in ("n_clusters", "batch_size", "max_steps", "max_no_improvement", "n_init"):
+        for name in ("batch_size", "max_steps", "max_no_improvement", "n_init"):
             positive_int(getattr(self, name), name)
+        integer(self.n_clusters, "n_clusters", 1, n, high_name="n_samples")
         if self.init_size is not None:
             positive_int(self.init_size, "init_size")
-        if not isinstance(self.refine, (int, np.integer)) or self.refine < 0:
-            raise ValueError(f"refine must be an int >= 0; got {self.refine!r}")
-        if not self.tol >= 0:
-            raise ValueError(f"tol must be >= 0; got {self.tol!r}")
-        if self.n_clusters > n:
-            raise ValueError(f"n_clusters must be in [1, n_samples={n}]; got {self.n_clusters}")
+        integer(self.refine, "refine", 0)
+        number(self.tol, "tol", 0.0)
+
+    def _check_features(self, x: np.ndarray) -> None:
+        if x.shape[1] != self.n_features_in_:
+            raise InvalidValueError(f"X has {x.shape[1]} features; the model was fitted with {self.n_features_in_}")
 
     def _rng(self) -> np.random.Generator:
         if isinstance(self.random_state, np.random.Generator):
@@ -85,6 +119,20 @@ class MiniBatchKMeans:
             if inertia < best_inertia:
                 best, best_inertia = centers, inertia
         return best.copy()
+
+    @staticmethod
+    def _step(xb: np.ndarray, centers: np.ndarray, counts: np.ndarray, xb_sq: np.ndarray | None = None
+              ) -> tuple[np.ndarray, np.ndarray, float]:
+        """One mini-batch step, in place: each centre moves towards the mean of its batch rows by
+        (rows in batch / rows seen so far). Returns the batch's labels, squared distances, and the
+        squared movement of the centres."""
+        labels, dist_sq = assign(xb, centers, xb_sq)
+        sums, got = center_sums(xb, labels, centers.shape[0])
+        moved = got > 0
+        counts[moved] += got[moved]
+        update = (sums[moved] - got[moved, None] * centers[moved]) / counts[moved, None]
+        centers[moved] += update.astype(np.float32)
+        return labels, dist_sq, float(np.sum(update * update))
 
     def fit(self, X: Any) -> MiniBatchKMeans:
         x = check_array(X)
@@ -106,14 +154,7 @@ class MiniBatchKMeans:
         while steps < self.max_steps:
             steps += 1
             idx = rng.integers(0, n, batch)
-            xb = x[idx]
-            labels, dist_sq = assign(xb, centers, x_sq[idx])
-            sums, got = center_sums(xb, labels, k)
-            moved = got > 0
-            counts[moved] += got[moved]
-            update = (sums[moved] - got[moved, None] * centers[moved]) / counts[moved, None]
-            centers[moved] += update.astype(np.float32)
-            shift = float(np.sum(update * update))
+            _, dist_sq, shift = self._step(x[idx], centers, counts, x_sq[idx])
             batch_inertia = float(dist_sq.sum()) / batch
             ewa = batch_inertia if ewa == math.inf else ewa * (1 - alpha) + batch_inertia * alpha
             if tol > 0 and shift <= tol:
@@ -133,6 +174,7 @@ class MiniBatchKMeans:
         self.cluster_centers_ = centers
         self.labels_ = labels
         self.inertia_ = float(dist_sq.sum(dtype=np.float64))
+        self.n_features_in_ = x.shape[1]
         self.n_steps_ = steps
         self.n_iter_ = math.ceil(steps * batch / n) + self.refine
         self._counts = counts
@@ -153,30 +195,26 @@ class MiniBatchKMeans:
         return new
 
     def partial_fit(self, X: Any) -> MiniBatchKMeans:
-        """One mini-batch step on ``X`` (seeding with k-means++ on ``X`` at the first call)."""
+        """One mini-batch step on ``X`` (seeding with k-means++ on ``X`` at the first call); sets
+        ``labels_`` and ``inertia_`` for ``X`` under the updated centres."""
         x = check_array(X)
         if not hasattr(self, "cluster_centers_"):
             self._check_params(x.shape[0])
-            rng = self._rng()
-            self.cluster_centers_ = x[kmeans_plusplus(x, self.n_clusters, rng)].copy()
+            self.cluster_centers_ = x[kmeans_plusplus(x, self.n_clusters, self._rng())].copy()
+            self.n_features_in_ = x.shape[1]
             self._counts = np.zeros(self.n_clusters, dtype=np.int64)
             self.n_steps_ = 0
-        elif x.shape[1] != self.cluster_centers_.shape[1]:
-            raise ValueError(f"X has {x.shape[1]} features; the model was fitted with {self.cluster_centers_.shape[1]}")
-        centers, counts = self.cluster_centers_, self._counts
-        labels, _ = assign(x, centers)
-        sums, got = center_sums(x, labels, self.n_clusters)
-        moved = got > 0
-        counts[moved] += got[moved]
-        centers[moved] += ((sums[moved] - got[moved, None] * centers[moved]) / counts[moved, None]).astype(np.float32)
+        self._check_features(x)
+        self._step(x, self.cluster_centers_, self._counts)
+        self.labels_, dist_sq = assign(x, self.cluster_centers_)
+        self.inertia_ = float(dist_sq.sum(dtype=np.float64))
         self.n_steps_ += 1
         return self
 
     def predict(self, X: Any) -> np.ndarray:
         """Index of the nearest centre of each row of ``X``."""
         if not hasattr(self, "cluster_centers_"):
-            raise ValueError("this MiniBatchKMeans is not fitted yet; call fit or partial_fit first")
+            raise InvalidValueError("this MiniBatchKMeans is not fitted yet; call fit or partial_fit first")
         x = check_array(X)
-        if x.shape[1] != self.cluster_centers_.shape[1]:
-            raise ValueError(f"X has {x.shape[1]} features; the model was fitted with {self.cluster_centers_.shape[1]}")
+        self._check_features(x)
         return assign(x, self.cluster_centers_)[0]

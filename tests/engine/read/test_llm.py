@@ -5,7 +5,7 @@ import time
 import pytest
 from llm_server import LLMServer
 
-from chunktree.engine.llm import ChatClient, LLMError
+from chunktree.engine.read.llm import ChatClient, LLMError
 
 MESSAGES = [{"role": "system", "content": "You are the manager agent."},
             {"role": "user", "content": 'Question: q\n\nMemory: {"conclusion": "c", "open_questions": [], "evidence": []}'}]

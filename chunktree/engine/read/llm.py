@@ -15,10 +15,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from chunktree.checks import ChunktreeError, InvalidValueError
+
 log = logging.getLogger(__name__)
 
 
-class LLMError(RuntimeError):
+class LLMError(ChunktreeError, RuntimeError):
     """The LLM endpoint failed or answered something that is not a chat completion."""
 
 
@@ -60,11 +62,11 @@ class ChatClient:
         self.base_url = _setting(base_url, "CHUNKTREE_LLM_BASE_URL", "OPENAI_BASE_URL")
         self.model = _setting(model, "CHUNKTREE_LLM_MODEL")
         if not self.base_url:
-            raise ValueError("base_url is required: pass it or set CHUNKTREE_LLM_BASE_URL (or OPENAI_BASE_URL)")
+            raise InvalidValueError("base_url is required: pass it or set CHUNKTREE_LLM_BASE_URL (or OPENAI_BASE_URL)")
         if not self.model:
-            raise ValueError("model is required: pass it or set CHUNKTREE_LLM_MODEL")
+            raise InvalidValueError("model is required: pass it or set CHUNKTREE_LLM_MODEL")
         if retries < 0 or timeout <= 0:
-            raise ValueError(f"retries must be >= 0 and timeout > 0; got retries={retries}, timeout={timeout}")
+            raise InvalidValueError(f"retries must be >= 0 and timeout > 0; got retries={retries}, timeout={timeout}")
         key = _setting(api_key, "CHUNKTREE_LLM_API_KEY", "OPENAI_API_KEY")
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         self.retries, self.backoff, self.temperature = retries, backoff, temperature

@@ -2,6 +2,7 @@
 
 import asyncio
 import base64
+import json
 import socket
 import threading
 import time
@@ -12,7 +13,7 @@ import pytest
 import uvicorn
 
 from chunktree import order, select
-from chunktree.engine.serve import Limits, create_app
+from chunktree.apps.serve import Limits, create_app
 
 SENTENCES = ["The whale surfaced near the ship.", "Ahab paced the quarter-deck all night.",
              "Oil casks filled the hold.", "The white whale was seen again at dawn."]
@@ -63,7 +64,9 @@ def test_openai_client_embeddings_equal_in_process(service, embedder):
     got = np.array([d.embedding for d in reply.data], dtype=np.float32)
     np.testing.assert_allclose(got, embedder.embed(SENTENCES), atol=1e-5)
     assert [d.index for d in reply.data] == [0, 1, 2, 3]
-    assert reply.usage.prompt_tokens == sum(len(e.ids) for e in embedder.tokenizer.encode_batch(SENTENCES))
+    # usage counts content tokens, without the [CLS]/[SEP] the model adds (chunktree's convention)
+    assert reply.usage.prompt_tokens == sum(len(embedder.tokenizer.encode(t, add_special_tokens=False).ids)
+                                            for t in SENTENCES)
     single = client.embeddings.create(model="x", input="Call me Ishmael.", encoding_format="float")
     np.testing.assert_allclose(single.data[0].embedding, embedder.embed(["Call me Ishmael."])[0], atol=1e-5)
 
@@ -102,16 +105,106 @@ def test_select_equals_library(service, embedder):
     ("/v1/embeddings", {"input": "a", "encoding_format": "hex"}, 422, "'encoding_format' must be"),
     ("/v1/embeddings", {"input": "a", "dimensions": 10}, 422, "'dimensions' must be 384"),
     ("/v1/embeddings", ["not", "an", "object"], 422, "must be a JSON object; got list"),
-    ("/v1/order", {"texts": SENTENCES, "strategy": "zigzag"}, 422, "'strategy' must be one of"),
-    ("/v1/order", {"texts": SENTENCES, "root": 99}, 422, "root must be a chunk index in [0, 3]; got 99"),
+    ("/v1/order", {"texts": SENTENCES, "strategy": "zigzag"}, 422, "strategy must be one of"),
+    ("/v1/order", {"texts": SENTENCES, "root": 99}, 422, "root (a chunk index) must be in [0, 3]; got 99"),
+    ("/v1/order", {"texts": SENTENCES, "query": " "}, 422, "query must not be empty"),
     ("/v1/order", {"texts": SENTENCES, "strategy": "dense"}, 422, "needs a query"),
     ("/v1/select", {"texts": SENTENCES}, 422, "'k' (the number of clusters) is required"),
     ("/v1/select", {"texts": SENTENCES, "k": 9}, 422, "k must be in [1, n_chunks=4]; got 9"),
+    ("/v1/select", {"texts": SENTENCES, "k": 2, "seed": -1}, 422, "seed must be >= 0; got -1"),
     ("/v1/select", {"texts": SENTENCES, "k": "2"}, 422, "'k' must be int; got str"),
 ])
 def test_bad_requests(service, path, payload, status, message):
     r = httpx.post(service.url + path, json=payload)
     assert r.status_code == status and message in r.json()["error"]["message"]
+    assert r.json()["error"]["type"] == "invalid_request_error"
+
+
+def test_responses_equal_the_cli_json(service, embedder, tmp_path, capsys):
+    """What /v1/order and /v1/select return is what `chunktree order|select --format json` prints."""
+    from chunktree.apps.cli import main
+    from chunktree.engine.results import PROVENANCE
+
+    corpus = tmp_path / "sentences.jsonl"
+    corpus.write_text("".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(SENTENCES)))
+    q = "Where is the white whale?"
+
+    def cli_json(*args):
+        assert main([*args, str(corpus), "--format", "json", "--no-cache"]) == 0
+        return json.loads(capsys.readouterr().out)
+
+    def comparable(doc, rows):
+        # Timings and the embedding's cost differ run to run; texts posted carry no provenance.
+        doc = {k: v for k, v in doc.items() if k not in ("timings", "embedding")}
+        doc[rows] = [strip(row) for row in doc[rows]]
+        return doc
+
+    def strip(row):
+        row = {k: v for k, v in row.items() if k not in PROVENANCE}
+        if "representatives" in row:
+            row["representatives"] = [strip(rep) for rep in row["representatives"]]
+        return row
+
+    cli_order = cli_json("order", "--query", q, "--strategy", "dfs")
+    texts = [row["text"] for row in sorted(cli_order["chunks"], key=lambda row: row["id"])]
+    assert texts == SENTENCES  # one chunk per record
+    served = httpx.post(service.url + "/v1/order", json={"texts": texts, "query": q, "strategy": "dfs"}).json()
+    assert set(served) == set(cli_order) and set(served["chunks"][0]) == set(cli_order["chunks"][0])
+    assert all(served["chunks"][0][k] is None for k in PROVENANCE)
+    assert_close(comparable(served, "chunks"), comparable(cli_order, "chunks"))
+    assert set(served["timings"]) | {"chunk_s"} == set(cli_order["timings"])
+
+    cli_select = cli_json("select", "-k", "2", "--per-cluster", "2")
+    served = httpx.post(service.url + "/v1/select", json={"texts": texts, "k": 2, "per_cluster": 2}).json()
+    assert set(served) == set(cli_select)
+    assert_close(comparable(served, "clusters"), comparable(cli_select, "clusters"))
+
+
+def assert_close(a, b, path="doc"):
+    """Equal JSON values, floats within 1e-5 (the two sides embed in separate model calls)."""
+    if isinstance(a, float) or isinstance(b, float):
+        assert a == pytest.approx(b, rel=1e-5, abs=1e-5), path
+    elif isinstance(a, dict):
+        assert isinstance(b, dict) and set(a) == set(b), path
+        for key in a:
+            assert_close(a[key], b[key], f"{path}.{key}")
+    elif isinstance(a, list):
+        assert isinstance(b, list) and len(a) == len(b), path
+        for i, (x, y) in enumerate(zip(a, b)):
+            assert_close(x, y, f"{path}[{i}]")
+    else:
+        assert a == b, path
+
+
+def test_error_types_follow_the_status(embedder, monkeypatch):
+    limits = Limits(max_body=2_000, max_queue=8)
+    with Served(create_app(embedder, api_key="k", limits=limits)) as s:
+        auth = {"Authorization": "Bearer k"}
+        r = httpx.post(s.url + "/v1/embeddings", json={"input": "a"})
+        assert (r.status_code, r.json()["error"]["type"]) == (401, "authentication_error")
+        r = httpx.post(s.url + "/v1/embeddings", json={"input": ["y" * 300] * 8}, headers=auth)
+        assert (r.status_code, r.json()["error"]["type"]) == (413, "request_too_large")
+        r = httpx.post(s.url + "/v1/embeddings", json={"input": ["z"] * 9}, headers=auth)
+        assert (r.status_code, r.json()["error"]["type"]) == (503, "server_error")
+        assert r.json()["error"]["code"] == "queue_full"
+
+        def broken(*args, **kwargs):
+            raise RuntimeError("a bug")
+
+        monkeypatch.setattr("chunktree.apps.serve.routes.order", broken)
+        r = httpx.post(s.url + "/v1/order", json={"texts": ["a", "b"]}, headers=auth)
+        assert (r.status_code, r.json()["error"]["type"]) == (500, "server_error")
+        assert "a bug" not in r.text  # the traceback goes to the server log, not to the client
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"max_batch": 0}, "max_batch must be >= 1; got 0"),
+    ({"max_wait_ms": -1.0}, "max_wait_ms must be a number >= 0.0; got -1.0"),
+    ({"max_texts": True}, "max_texts must be an int; got True"),
+])
+def test_limits_check_themselves(kwargs, message):
+    with pytest.raises((ValueError, TypeError), match=message):
+        Limits(**kwargs)
 
 
 def test_malformed_json_and_oversized_body(service):

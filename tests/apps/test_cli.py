@@ -1,16 +1,35 @@
-"""The command line, run as a user runs it: a real subprocess."""
+"""The command line: run as a user runs it (a real subprocess) where the process matters, and
+in-process (``main``) for the arguments and outputs."""
 
 import json
 import subprocess
 import sys
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
 
+from chunktree.apps.cli import main
+
 
 def run(*args, cwd=None):
+    """``python -m chunktree ARGS`` in a subprocess."""
     return subprocess.run([sys.executable, "-m", "chunktree", *args], capture_output=True, text=True,
                           cwd=cwd, timeout=300)
+
+
+@pytest.fixture
+def cli(capsys, monkeypatch):
+    """``chunktree ARGS`` in this process: returncode, stdout and stderr, like ``run``."""
+
+    def call(*args, cwd=None):
+        if cwd is not None:
+            monkeypatch.chdir(cwd)
+        code = main([str(a) for a in args])
+        out = capsys.readouterr()
+        return SimpleNamespace(returncode=code, stdout=out.out, stderr=out.err)
+
+    return call
 
 
 @pytest.fixture
@@ -24,7 +43,7 @@ def corpus(tmp_path):
     return folder
 
 
-def test_embed_writes_vectors_and_provenance(tmp_path, corpus, embedder):
+def test_embed_writes_vectors_and_provenance(tmp_path, cli, corpus, embedder):
     out = tmp_path / "out" / "vecs.npy"
     cache = tmp_path / "cache.sqlite"
     r = run("embed", str(corpus), "-o", str(out), "--cache", str(cache), "--chunk-tokens", "64", "--overlap", "8")
@@ -42,35 +61,52 @@ def test_embed_writes_vectors_and_provenance(tmp_path, corpus, embedder):
     assert f"{len(rows)} chunks from 2 source(s)" in r.stdout
     unique = len({row["text"] for row in rows})  # repeated texts are embedded once
     assert unique < len(rows) and f"{unique} embedded, 0 from cache" in r.stdout
-    again = run("embed", str(corpus), "-o", str(out), "--cache", str(cache), "--chunk-tokens", "64", "--overlap", "8")
+    again = cli("embed", str(corpus), "-o", str(out), "--cache", str(cache), "--chunk-tokens", "64", "--overlap", "8")
     assert f"0 embedded, {len(rows)} from cache" in again.stdout
 
 
 @pytest.mark.parametrize("args, message", [
     (["embed", "-o", "x.npy"], "give input PATHs or --sample"),
     (["embed", "missing.txt", "-o", "x.npy"], "missing.txt: no such file or folder"),
-    (["embed", "--sample", "-o", "x.npy", "--chunk-tokens", "1"], "chunk_tokens must be an int > 2"),
+    (["embed", "--sample", "-o", "x.npy", "--chunk-tokens", "1"], "chunk_tokens must be > 2"),
     (["embed", "--sample", "-o", "x.npy", "--model", "nope"], "model must be one of"),
 ])
-def test_errors_are_one_clear_line(tmp_path, args, message):
-    r = run(*args, cwd=tmp_path)
+def test_errors_are_one_clear_line(tmp_path, cli, args, message):
+    r = cli(*args, cwd=tmp_path)
     assert r.returncode == 2
     assert message in r.stderr and "Traceback" not in r.stderr
 
 
-def test_help_lists_commands():
-    r = run("--help")
-    assert r.returncode == 0 and "embed" in r.stdout and "export" in r.stdout
+def test_error_lines_from_a_real_process(tmp_path):
+    r = run("order", "missing.txt", cwd=tmp_path)
+    assert r.returncode == 2 and "missing.txt: no such file or folder" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_order_json(tmp_path, corpus, embedder):
+def test_a_bug_shows_its_traceback(cli, corpus, monkeypatch):
+    def broken(*args, **kwargs):
+        raise ValueError("a bug, not a user error")
+
+    monkeypatch.setattr("chunktree.engine.order.order", broken)
+    with pytest.raises(ValueError, match="a bug, not a user error"):
+        cli("order", corpus)
+
+
+def test_help_lists_commands(cli):
+    with pytest.raises(SystemExit) as exited:
+        cli("--help")
+    assert exited.value.code == 0
+
+
+def test_order_json(tmp_path, cli, corpus, embedder):
     from chunktree.engine.order import order
 
-    r = run("order", str(corpus), "--query", "How deep does the whale dive?", "--format", "json",
+    r = cli("order", str(corpus), "--query", "How deep does the whale dive?", "--format", "json",
             "--cache", str(tmp_path / "c.sqlite"), "--chunk-tokens", "64", "--overlap", "0")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
-    assert {"order", "root", "method", "tree_weight", "chunks"} <= set(doc)
+    assert {"order", "root", "method", "tree_weight", "chunks", "params", "timings", "embedding"} <= set(doc)
+    assert doc["embedding"]["model"] == embedder.model_id and doc["query"] == "How deep does the whale dive?"
+    assert {"chunk_s", "embed_s", "tree_s", "traverse_s", "total_s"} == set(doc["timings"])
     n = doc["n_chunks"]
     assert sorted(doc["order"]) == list(range(n)) and len(doc["chunks"]) == n
     first = doc["chunks"][0]
@@ -84,16 +120,16 @@ def test_order_json(tmp_path, corpus, embedder):
     assert doc["tree_weight"] == pytest.approx(want.tree_weight, rel=1e-5)
 
 
-def test_order_text_summary(tmp_path, corpus):
-    r = run("order", str(corpus), "--strategy", "dfs", "--top", "3", "--cache", str(tmp_path / "c.sqlite"),
+def test_order_text_summary(tmp_path, cli, corpus):
+    r = cli("order", str(corpus), "--strategy", "dfs", "--top", "3", "--cache", str(tmp_path / "c.sqlite"),
             "--chunk-tokens", "64")
     assert r.returncode == 0, r.stderr
     assert "strategy dfs, method exact" in r.stdout and "first 3 of" in r.stdout
     assert "time: chunk" in r.stdout and "from cache" in r.stdout and "   3. #" in r.stdout
 
 
-def test_select_json(tmp_path, corpus):
-    r = run("select", str(corpus), "-k", "2", "--per-cluster", "2", "--format", "json",
+def test_select_json(tmp_path, cli, corpus):
+    r = cli("select", str(corpus), "-k", "2", "--per-cluster", "2", "--format", "json",
             "--cache", str(tmp_path / "c.sqlite"), "--chunk-tokens", "64", "--overlap", "0")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
@@ -111,45 +147,51 @@ def test_select_json(tmp_path, corpus):
 
 @pytest.mark.parametrize("args, message", [
     (["-k", "lots"], "-k must be an int or 'elbow'; got 'lots'"),
-    (["-k", "0"], "k must be in [1, n_chunks="),
+    (["-k", "0"], "k must be >= 1; got 0"),
+    (["-k", "99"], "k must be in [1, n_chunks="),
     ([], "give k"),
 ])
-def test_select_errors(tmp_path, corpus, args, message):
-    r = run("select", str(corpus), *args, "--cache", str(tmp_path / "c.sqlite"))
+def test_select_errors(tmp_path, cli, corpus, args, message):
+    r = cli("select", str(corpus), *args, "--cache", str(tmp_path / "c.sqlite"))
     assert r.returncode == 2 and message in r.stderr
 
 
-def test_read_extractive(tmp_path, corpus):
+def test_read_extractive(tmp_path, cli, corpus):
     trace = tmp_path / "trace.jsonl"
-    r = run("read", str(corpus), "--query", "How deep does the whale dive?", "--extractive", "--memory-tokens", "40",
+    r = cli("read", str(corpus), "--query", "How deep does the whale dive?", "--extractive", "--memory-tokens", "40",
             "--trace", str(trace), "--cache", str(tmp_path / "c.sqlite"), "--chunk-tokens", "64")
     assert r.returncode == 0, r.stderr
     assert "worker steps (extractive reader), 0 failed" in r.stdout and "answer:" in r.stdout
     assert "The sperm whale dives deep" in r.stdout
     steps = [json.loads(line) for line in trace.read_text().splitlines()]
     assert steps and all(s["memory_tokens"] <= 40 for s in steps)
+    doc = json.loads(cli("read", str(corpus), "--query", "How deep does the whale dive?", "--extractive",
+                         "--memory-tokens", "40", "--cache", str(tmp_path / "c.sqlite"), "--chunk-tokens", "64",
+                         "--format", "json").stdout)
+    assert doc["reader"] == "extractive" and "The sperm whale dives deep" in doc["answer"]
+    assert len(doc["steps"]) == len(steps) and doc["params"]["memory_tokens"] == 40
 
 
-def test_read_with_llm_server(tmp_path, corpus):
+def test_read_with_llm_server(tmp_path, cli, corpus):
     from llm_server import LLMServer
 
     with LLMServer() as server:
-        r = run("read", str(corpus), "--query", "q", "--llm-base-url", server.base_url, "--model", "memory",
+        r = cli("read", str(corpus), "--query", "q", "--llm-base-url", server.base_url, "--model", "memory",
                 "--order", "document", "--cache", str(tmp_path / "c.sqlite"), "--chunk-tokens", "64")
     assert r.returncode == 0, r.stderr
     assert "answer:\nANSWER: seen 0," in r.stdout and "0 failed" in r.stdout
 
 
-def test_read_llm_error_is_one_line(tmp_path, corpus):
+def test_read_llm_error_is_one_line(tmp_path, cli, corpus):
     from llm_server import LLMServer
 
     with LLMServer() as server:
-        r = run("read", str(corpus), "-q", "q", "--llm-base-url", server.base_url, "--model", "400",
+        r = cli("read", str(corpus), "-q", "q", "--llm-base-url", server.base_url, "--model", "400",
                 "--cache", str(tmp_path / "c.sqlite"))
     assert r.returncode == 2 and "rejected the request" in r.stderr and "Traceback" not in r.stderr
 
 
-def test_eval_order_on_a_tiny_squad_file(tmp_path):
+def test_eval_order_on_a_tiny_squad_file(tmp_path, cli):
     paragraphs = [
         "The harbour of Nantucket was busy. Ships left every week for the Pacific.",
         "Whalers hunted the sperm whale for its oil. The oil lit the lamps of many cities.",
@@ -164,7 +206,7 @@ def test_eval_order_on_a_tiny_squad_file(tmp_path):
     path = tmp_path / "tiny.json"
     path.write_text(json.dumps(data))
     out = tmp_path / "result.json"
-    r = run("eval-order", str(path), "--budget", "1.0", "--json", str(out), "--cache", str(tmp_path / "c.sqlite"))
+    r = cli("eval-order", str(path), "--budget", "1.0", "--json", str(out), "--cache", str(tmp_path / "c.sqlite"))
     assert r.returncode == 0, r.stderr
     result = json.loads(out.read_text())
     assert result["questions"] == 2
@@ -173,8 +215,8 @@ def test_eval_order_on_a_tiny_squad_file(tmp_path):
     # document order: gold paragraphs 2 and 1 of 3 sit at positions 1.0 and 0.5
     assert result["orders"]["document"]["gold_position"]["mean"] == pytest.approx(0.75)
     assert "| bfs |" in r.stdout
-    bad = run("eval-order", str(path), "--budget", "0")
-    assert bad.returncode == 2 and "budget must be a fraction" in bad.stderr
+    bad = cli("eval-order", str(path), "--budget", "0")
+    assert bad.returncode == 2 and "budget (a fraction of the article) must be a number in (0.0, 1.0]" in bad.stderr
 
 
 def test_serve_answers_an_openai_client(tmp_path, embedder):
@@ -208,13 +250,15 @@ def test_serve_answers_an_openai_client(tmp_path, embedder):
     assert f"on http://127.0.0.1:{port}" in out and "API key required" in out
 
 
-def test_serve_without_the_key_variable_is_an_error():
-    r = run("serve", "--api-key-env", "CHUNKTREE_SURELY_UNSET_VARIABLE")
+def test_serve_argument_errors(cli):
+    r = cli("serve", "--api-key-env", "CHUNKTREE_SURELY_UNSET_VARIABLE")
     assert r.returncode == 2 and "CHUNKTREE_SURELY_UNSET_VARIABLE" in r.stderr
+    r = cli("serve", "--max-batch", "0")
+    assert r.returncode == 2 and "max_batch must be >= 1; got 0" in r.stderr
 
 
-def test_read_needs_a_reader(tmp_path, corpus, monkeypatch):
+def test_read_needs_a_reader(tmp_path, cli, corpus, monkeypatch):
     for name in ("CHUNKTREE_LLM_BASE_URL", "OPENAI_BASE_URL"):
         monkeypatch.delenv(name, raising=False)
-    r = run("read", str(corpus), "-q", "q")
+    r = cli("read", str(corpus), "-q", "q")
     assert r.returncode == 2 and "give --extractive (no LLM) or --llm-base-url" in r.stderr

@@ -1,0 +1,124 @@
+"""The service's HTTP contract: its limits, its errors in the OpenAI shape, and request bodies
+read and checked within those limits."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, fields
+from typing import Any
+
+from chunktree.checks import InvalidTypeError, number, positive_int
+
+# OpenAI's error ``type`` for each status the service answers with.
+ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    422: "invalid_request_error",
+    429: "rate_limit_error",
+    500: "server_error",
+    503: "server_error",
+}
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Request limits and batching settings of the service; checked when made.
+
+    Attributes
+    ----------
+    max_texts : texts per request.
+    max_chars : characters per text.
+    max_body : bytes per request body.
+    max_queue : texts waiting for the model; beyond it a request gets 503.
+    max_batch : texts per model call.
+    max_wait_ms : extra wait for company; 0 batches whatever queued while the model ran.
+    batching : False makes one model call per request.
+    """
+
+    max_texts: int = 256
+    max_chars: int = 32_000
+    max_body: int = 8 * 2**20
+    max_queue: int = 4096
+    max_batch: int = 32
+    max_wait_ms: float = 0.0
+    batching: bool = True
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.name == "max_wait_ms":
+                number(value, "max_wait_ms", 0.0)
+            elif f.name == "batching":
+                if not isinstance(value, bool):
+                    raise InvalidTypeError(f"batching must be a bool; got {value!r}")
+            else:
+                positive_int(value, f.name)
+
+
+class HTTPError(Exception):
+    """An answer other than 200: status, message, the request field at fault, extra headers."""
+
+    def __init__(self, status: int, message: str, param: str | None = None, *, code: str | None = None,
+                 headers: dict[str, str] | None = None) -> None:
+        super().__init__(message)
+        self.status, self.message, self.param, self.code = status, message, param, code
+        self.headers = headers or {}
+
+    def body(self) -> dict[str, Any]:
+        """The OpenAI error shape."""
+        return {"error": {"message": self.message, "type": ERROR_TYPES.get(self.status, "server_error"),
+                          "param": self.param, "code": self.code}}
+
+
+async def read_json(request: Any, limits: Limits) -> dict[str, Any]:
+    """The request's JSON object, refused with 413 past ``max_body``, 400 if not JSON, 422 if not
+    an object."""
+    import json
+
+    declared = request.headers.get("content-length")
+    too_large = "request body has {} bytes; the limit is max_body={}"
+    if declared and declared.isdigit() and int(declared) > limits.max_body:
+        raise HTTPError(413, too_large.format(declared, limits.max_body), code="body_too_large")
+    raw = await request.body()
+    if len(raw) > limits.max_body:
+        raise HTTPError(413, too_large.format(len(raw), limits.max_body), code="body_too_large")
+    try:
+        body = json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise HTTPError(400, f"request body is not valid JSON: {exc}") from None
+    if not isinstance(body, dict):
+        raise HTTPError(422, f"request body must be a JSON object; got {type(body).__name__}")
+    return body
+
+
+def texts_field(body: dict[str, Any], field: str, limits: Limits, allow_single: bool = False) -> list[str]:
+    """``body[field]``: a non-empty list of non-empty strings within the limits (or one string
+    with ``allow_single``)."""
+    value = body.get(field)
+    if allow_single and isinstance(value, str):
+        value = [value]
+    if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
+        kind = "a string or a list of strings" if allow_single else "a list of strings"
+        raise HTTPError(422, f"'{field}' must be {kind}; got {type(value).__name__}", field)
+    if not value:
+        raise HTTPError(422, f"'{field}' must not be empty", field)
+    if len(value) > limits.max_texts:
+        raise HTTPError(422, f"'{field}' holds {len(value)} texts; the limit is max_texts={limits.max_texts}", field)
+    for i, text in enumerate(value):
+        if not text:
+            raise HTTPError(422, f"'{field}[{i}]' is an empty string", field)
+        if len(text) > limits.max_chars:
+            raise HTTPError(422, f"'{field}[{i}]' has {len(text)} characters; the limit is "
+                                 f"max_chars={limits.max_chars}", field)
+    return value
+
+
+def optional_field(body: dict[str, Any], field: str, kind: type | tuple[type, ...], default: Any) -> Any:
+    """``body[field]`` if present and of ``kind`` (a bool is not an int), else ``default``."""
+    value = body.get(field, default)
+    is_bool_for_int = isinstance(value, bool) and kind is int
+    if value is not None and (not isinstance(value, kind) or is_bool_for_int):
+        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
+        raise HTTPError(422, f"'{field}' must be {names}; got {type(value).__name__}", field)
+    return value

@@ -1,0 +1,91 @@
+"""The service's endpoints. Each reads and checks its request, calls the library, and returns the
+result's own ``to_dict()``: the same JSON that ``chunktree order|select --format json`` prints.
+
+    POST /v1/embeddings  the OpenAI embeddings API shape (``input``: a string or list of strings;
+                         ``encoding_format``: ``float`` or ``base64``)
+    POST /v1/order       ``texts`` (+ ``query``, ``strategy``, ``root``)
+    POST /v1/select      ``texts``, ``k`` (+ ``per_cluster``, ``balance``, ``seed``)
+    GET  /health         200 once the model is loaded and warmed up, 503 before
+    GET  /metrics        Prometheus text
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from typing import Any
+
+from chunktree.apps.serve.batcher import BatchedEmbedder, Overloaded
+from chunktree.apps.serve.http import HTTPError, optional_field, read_json, texts_field
+from chunktree.apps.serve.service import Service
+from chunktree.checks import ChunktreeError
+from chunktree.engine.order import order
+from chunktree.engine.select import select
+
+
+def _overloaded(service: Service) -> HTTPError:
+    return HTTPError(503, f"the queue is full (max_queue={service.limits.max_queue} texts); retry shortly",
+                     code="queue_full", headers={"Retry-After": "1"})
+
+
+async def _run_library(service: Service, function: Any, *args: Any, **kwargs: Any) -> Any:
+    """``function(*args, **kwargs)`` in a worker thread, embedding through the micro-batcher; its
+    input errors become 422, a full queue 503."""
+    embedder = BatchedEmbedder(service.embedder, service.batcher, asyncio.get_running_loop())
+    try:
+        return await asyncio.to_thread(function, *args, embedder=embedder, **kwargs)
+    except Overloaded:
+        raise _overloaded(service) from None
+    except ChunktreeError as exc:
+        raise HTTPError(422, str(exc)) from None
+
+
+async def embeddings(service: Service, request: Any) -> Any:
+    limits = service.limits
+    body = await read_json(request, limits)
+    texts = texts_field(body, "input", limits, allow_single=True)
+    fmt = optional_field(body, "encoding_format", str, "float")
+    if fmt not in ("float", "base64"):
+        raise HTTPError(422, f"'encoding_format' must be 'float' or 'base64'; got {fmt!r}", "encoding_format")
+    optional_field(body, "model", str, None)
+    dims = optional_field(body, "dimensions", int, None)
+    if dims is not None and dims != service.embedder.dim:
+        raise HTTPError(422, f"'dimensions' must be {service.embedder.dim} for this model; got {dims}", "dimensions")
+    try:
+        vectors, counts = await service.batcher.embed(texts)
+    except Overloaded:
+        raise _overloaded(service) from None
+    tokens = int(counts.sum())
+    data = []
+    for i, v in enumerate(vectors):
+        value: Any = base64.b64encode(v.astype("<f4").tobytes()).decode() if fmt == "base64" else v
+        data.append({"object": "embedding", "index": i, "embedding": value})
+    return {"object": "list", "data": data, "model": service.embedder.model_id,
+            "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+
+
+async def order_endpoint(service: Service, request: Any) -> Any:
+    body = await read_json(request, service.limits)
+    texts = texts_field(body, "texts", service.limits)
+    query = optional_field(body, "query", str, None)
+    strategy = optional_field(body, "strategy", str, "bfs")
+    root = optional_field(body, "root", int, None)
+    result = await _run_library(service, order, texts, query, strategy=strategy, root=root)
+    return result.to_dict()
+
+
+async def select_endpoint(service: Service, request: Any) -> Any:
+    body = await read_json(request, service.limits)
+    texts = texts_field(body, "texts", service.limits)
+    k = optional_field(body, "k", int, None)
+    if k is None:
+        raise HTTPError(422, "'k' (the number of clusters) is required", "k")
+    per_cluster = optional_field(body, "per_cluster", int, 1)
+    balance = optional_field(body, "balance", bool, False)
+    seed = optional_field(body, "seed", int, 0)
+    result = await _run_library(service, select, texts, k, per_cluster=per_cluster, balance=balance, seed=seed)
+    return result.to_dict()
+
+
+POST = {"/v1/embeddings": embeddings, "/v1/order": order_endpoint, "/v1/select": select_endpoint}
+

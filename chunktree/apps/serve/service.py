@@ -1,0 +1,58 @@
+"""What the endpoints share: the model, the micro-batcher, the limits and the metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import Any
+
+from chunktree.apps.serve.batcher import MicroBatcher
+from chunktree.apps.serve.http import Limits
+
+log = logging.getLogger(__name__)
+
+
+class Metrics:
+    """The Prometheus metrics of one app."""
+
+    def __init__(self) -> None:
+        from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+        self.registry = CollectorRegistry()
+        self.requests = Counter("chunktree_requests", "HTTP requests", ["path", "status"], registry=self.registry)
+        self.latency = Histogram("chunktree_request_seconds", "Request latency", ["path"], registry=self.registry,
+                                 buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10))
+        self.batch_size = Histogram("chunktree_batch_size", "Texts per model call", registry=self.registry,
+                                    buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256))
+        self.queue_depth = Gauge("chunktree_queue_depth", "Texts waiting for the model", registry=self.registry)
+
+
+class Service:
+    """What the endpoints share: the embedder (None until loaded), the batcher, limits, metrics."""
+
+    def __init__(self, embedder: Any, model: str | None, api_key: str | None, limits: Limits) -> None:
+        self.embedder, self.model, self.api_key, self.limits = embedder, model, api_key, limits
+        self.metrics = Metrics()
+        self.batcher: MicroBatcher | None = None
+
+    async def start(self) -> None:
+        """Load (if needed) and warm up the model, then start the batcher."""
+        if self.embedder is None:
+            from chunktree.engine.inputs import default_embedder
+            from chunktree.models.embedder import Embedder
+
+            self.embedder = await asyncio.to_thread(Embedder, self.model) if self.model else \
+                await asyncio.to_thread(default_embedder)
+        await asyncio.to_thread(self.embedder.warmup)
+        embedder = self.embedder
+
+        def embed(texts: list[str]) -> Any:
+            return embedder.embed(texts), embedder.count_tokens(texts)
+
+        self.batcher = MicroBatcher(embed, self.limits, self.metrics)
+        self.batcher.start()
+        log.info("serving %s", embedder.model_id)
+
+    async def stop(self) -> None:
+        if self.batcher is not None:
+            await self.batcher.stop()

@@ -1,0 +1,134 @@
+"""chunktree's errors and the argument checks every layer shares.
+
+Everything chunktree raises on purpose derives from ``ChunktreeError``, so an application (the
+CLI, the service) can tell a user's mistake from a bug: it reports a ``ChunktreeError`` in one
+line and lets anything else show its traceback. A wrong type is an ``InvalidTypeError`` (a
+``TypeError``), a wrong value an ``InvalidValueError`` (a ``ValueError``); each message names the
+parameter, the bad value and what is allowed, e.g. ``k must be in [1, n_chunks=812]; got 0``.
+
+This module sits below ``kernels``, ``models`` and ``engine``: it imports nothing of chunktree.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+import numpy as np
+
+
+class ChunktreeError(Exception):
+    """Base of every error chunktree raises for bad input or an unusable environment."""
+
+
+class InvalidValueError(ChunktreeError, ValueError):
+    """An argument has the right type but a value outside what is allowed."""
+
+
+class InvalidTypeError(ChunktreeError, TypeError):
+    """An argument has the wrong type."""
+
+
+class MissingExtraError(ChunktreeError, ImportError):
+    """An optional dependency is not installed; the message names the extra to install."""
+
+
+def require(module: str, extra: str, what: str) -> Any:
+    """Import ``module`` or raise ``MissingExtraError`` naming ``pip install 'chunktree[extra]'``."""
+    import importlib
+
+    try:
+        return importlib.import_module(module)
+    except ImportError as exc:
+        raise MissingExtraError(f"{what} needs the {module!r} package: pip install 'chunktree[{extra}]'") from exc
+
+
+def is_int(value: Any) -> bool:
+    """True for Python and NumPy ints; False for bools (``True`` is not a count)."""
+    return isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def integer(value: Any, name: str, low: int | None = None, high: int | None = None, *,
+            high_name: str | None = None) -> int:
+    """``value`` as an int in ``[low, high]`` (either bound optional).
+
+    ``high_name`` names what the upper bound is (``"n_chunks"`` gives ``[1, n_chunks=812]``).
+    """
+    if not is_int(value):
+        raise InvalidTypeError(f"{name} must be an int; got {value!r} ({type(value).__name__})")
+    if (low is not None and value < low) or (high is not None and value > high):
+        if high is None:
+            allowed = f">= {low}"
+        else:
+            top = f"{high_name}={high}" if high_name else str(high)
+            allowed = f"in [{low if low is not None else '-inf'}, {top}]"
+        raise InvalidValueError(f"{name} must be {allowed}; got {value!r}")
+    return int(value)
+
+
+def positive_int(value: Any, name: str) -> int:
+    """``value`` as an int >= 1."""
+    return integer(value, name, 1)
+
+
+def optional_positive_int(value: Any, name: str) -> int | None:
+    """None, or an int >= 1."""
+    return None if value is None else positive_int(value, name)
+
+
+def number(value: Any, name: str, low: float | None = None, high: float | None = None, *,
+           low_open: bool = False) -> float:
+    """``value`` as a finite float in ``[low, high]`` (``(low, high]`` with ``low_open``)."""
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
+        raise InvalidTypeError(f"{name} must be a number; got {value!r} ({type(value).__name__})")
+    v = float(value)
+    below = low is not None and (v <= low if low_open else v < low)
+    if not np.isfinite(v) or below or (high is not None and v > high):
+        if high is None:
+            allowed = "finite" if low is None else f"{'>' if low_open else '>='} {low}"
+        else:
+            allowed = f"in {'(' if low_open else '['}{low if low is not None else '-inf'}, {high}]"
+        raise InvalidValueError(f"{name} must be a number {allowed}; got {value!r}")
+    return v
+
+
+def one_of(value: Any, name: str, allowed: Collection[Any]) -> Any:
+    """``value`` if it is one of ``allowed``."""
+    if value not in allowed:
+        raise InvalidValueError(f"{name} must be one of {list(allowed)}; got {value!r}")
+    return value
+
+
+def text(value: Any, name: str, *, allow_empty: bool = False) -> str:
+    """``value`` as a string; blank strings are refused unless ``allow_empty``."""
+    if not isinstance(value, str):
+        raise InvalidTypeError(f"{name} must be a string; got {type(value).__name__}")
+    if not allow_empty and not value.strip():
+        raise InvalidValueError(f"{name} must not be empty or whitespace; got {value!r}")
+    return value
+
+
+def check_array(x: Any, name: str = "X") -> np.ndarray:
+    """``x`` as a C-contiguous float32 (n, d) array of finite values."""
+    arr = np.asarray(x)
+    if arr.dtype.kind not in "fiu":
+        raise InvalidTypeError(f"{name} must be a numeric array; got dtype {arr.dtype}")
+    if arr.ndim != 2:
+        raise InvalidValueError(f"{name} must be a 2-D array (n, d); got shape {arr.shape}")
+    arr = np.ascontiguousarray(arr, dtype=np.float32)
+    if not np.isfinite(arr).all():
+        bad = np.argwhere(~np.isfinite(arr))[0]
+        raise InvalidValueError(f"{name} must be finite; found {arr[tuple(bad)]} at index "
+                                f"{tuple(int(b) for b in bad)}")
+    return arr
+
+
+def unit_rows(x: Any, name: str) -> np.ndarray:
+    """``check_array``, then every row scaled to unit L2 norm; zero rows are an error."""
+    arr = check_array(x, name)
+    norms = np.linalg.norm(arr, axis=-1, keepdims=True)
+    if (norms == 0).any():
+        zero = np.flatnonzero(norms.reshape(-1) == 0)
+        raise InvalidValueError(f"{name} has zero-norm vectors at rows {zero[:10].tolist()}; "
+                                "cosine is undefined there")
+    return arr / norms

@@ -1,0 +1,133 @@
+"""The extractive worker: a Chain-of-Agents memory that needs no LLM.
+
+The memory is a set of sentences of the chunks read so far, at most ``memory_tokens`` tokens
+(``Embedder.count_tokens``). Each step offers the new chunk's sentences; the kept ones and the new
+ones compete by score (similarity to the query, or without a query to the corpus centroid), and
+the best that fit the budget stay. A sentence dropped once is gone, so what survives depends on
+the order the chunks came in. Deterministic.
+
+``read(..., llm=None)`` runs this worker, and ``chunktree eval-order`` measures this same worker.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from chunktree.engine.cache import EmbeddingCache
+from chunktree.engine.chunking import Chunk
+from chunktree.engine.embedding import embed_texts
+from chunktree.engine.read.memory import Step
+
+
+def split_sentences(text: str) -> list[tuple[int, int]]:
+    """(start, end) character spans of the sentences of ``text`` (pysbd), whitespace trimmed."""
+    import pysbd
+
+    spans = []
+    for s in pysbd.Segmenter(language="en", clean=False, char_span=True).segment(text):
+        start, end = s.start, s.end
+        while start < end and text[start].isspace():
+            start += 1
+        while end > start and text[end - 1].isspace():
+            end -= 1
+        if end > start:
+            spans.append((start, end))
+    return spans
+
+
+@dataclass(frozen=True)
+class Sentences:
+    """The sentences of a list of chunk texts, embedded once.
+
+    Attributes
+    ----------
+    chunk, start, end : int64 (m,), each sentence's chunk and its span in that chunk's text.
+    tokens : int64 (m,), tokens of each sentence.
+    vectors : float32 (m, d), unit rows.
+    indptr : int64 (n_chunks + 1,), the sentences of chunk i are ``indptr[i]:indptr[i + 1]``.
+    """
+
+    chunk: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    tokens: np.ndarray
+    vectors: np.ndarray
+    indptr: np.ndarray
+
+    @classmethod
+    def of(cls, texts: Sequence[str], embedder: Any, cache: EmbeddingCache | None = None) -> Sentences:
+        spans = [(i, a, b) for i, text in enumerate(texts) for a, b in split_sentences(text)]
+        sentence_texts = [texts[i][a:b] for i, a, b in spans]
+        vectors, _ = embed_texts(sentence_texts, embedder, cache)
+        table = np.array(spans, dtype=np.int64).reshape(-1, 3)
+        indptr = np.searchsorted(table[:, 0], np.arange(len(texts) + 1)).astype(np.int64)
+        return cls(table[:, 0], table[:, 1], table[:, 2], embedder.count_tokens(sentence_texts), vectors, indptr)
+
+
+def keep_best(candidates: list[tuple[float, int, int]], budget: int) -> list[tuple[float, int, int]]:
+    """The memory update: candidates (score, tokens, sentence id) taken by descending score
+    (ties: lower id first), each kept if it still fits the token budget."""
+    kept, used = [], 0
+    for cand in sorted(candidates, key=lambda c: (-c[0], c[2])):
+        if used + cand[1] <= budget:
+            kept.append(cand)
+            used += cand[1]
+    return kept
+
+
+class ExtractiveWorker:
+    """Reads chunks one step at a time and keeps the best-scoring sentences within the budget.
+
+    Parameters
+    ----------
+    sentences : ``Sentences.of(texts, ...)``.
+    scores : float (m,), each sentence's score (higher is kept first).
+    memory_tokens : the memory budget.
+    texts : the chunk texts (for the quotes).
+    provenance : the ``Chunk`` of each text, for source offsets of the evidence; optional.
+    """
+
+    def __init__(self, sentences: Sentences, scores: np.ndarray, memory_tokens: int, texts: Sequence[str],
+                 provenance: Sequence[Chunk | None] | None = None) -> None:
+        self.sentences, self.scores, self.memory_tokens = sentences, scores, memory_tokens
+        self.texts, self.provenance = texts, provenance
+        self.kept: list[tuple[float, int, int]] = []
+
+    def read(self, chunk: int) -> list[tuple[float, int, int]]:
+        """Offer chunk ``chunk``'s sentences to the memory; returns the candidates it offered."""
+        s = self.sentences
+        new = [(float(self.scores[j]), int(s.tokens[j]), j) for j in range(s.indptr[chunk], s.indptr[chunk + 1])]
+        self.kept = keep_best(self.kept + new, self.memory_tokens)
+        return new
+
+    def step(self, index: int, group: list[tuple[int, str]], memory: dict[str, Any]) -> tuple[Step, dict[str, Any]]:
+        """A ``read`` step over the chunks of ``group`` (the previous ``memory`` is this worker's own)."""
+        t0 = time.perf_counter()
+        offered = sum(c[1] for i, _ in group for c in self.read(i))
+        memory = self.memory()
+        step = Step(index, [i for i, _ in group], offered, 0, sum(c[1] for c in self.kept),
+                    time.perf_counter() - t0, memory=memory)
+        return step, memory
+
+    def kept_sentences(self) -> list[int]:
+        """Ids of the sentences in memory, best first."""
+        return [j for _, _, j in self.kept]
+
+    def memory(self) -> dict[str, Any]:
+        s, evidence = self.sentences, []
+        for score, _, j in self.kept:
+            i, a, b = int(s.chunk[j]), int(s.start[j]), int(s.end[j])
+            item: dict[str, Any] = {"chunk": i, "quote": self.texts[i][a:b], "score": round(score, 4)}
+            chunk = self.provenance[i] if self.provenance is not None else None
+            if chunk is not None:  # offsets into the source document
+                item.update(source=chunk.source, start=chunk.start + a, end=chunk.start + b)
+            evidence.append(item)
+        return {"conclusion": evidence[0]["quote"] if evidence else "", "open_questions": [], "evidence": evidence}
+
+    def answer(self, memory: dict[str, Any]) -> str:
+        return " ".join(e["quote"] for e in memory["evidence"])

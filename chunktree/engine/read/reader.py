@@ -1,0 +1,190 @@
+"""Chain-of-Agents reading: workers pass a bounded memory along the chunk order; a manager answers.
+
+Each worker step receives the query, the previous memory and the next chunk(s), and writes the
+new memory (``memory``): JSON with a ``conclusion``, ``open_questions`` and ``evidence`` items
+citing chunk provenance. Budgets are enforced, not hoped for: the memory never exceeds
+``memory_tokens``, and every LLM call fits ``window_tokens``.
+
+Two kinds of worker: an LLM over the OpenAI-compatible protocol (``llm_worker``), and an
+extractive worker that needs no LLM (``extractive``).
+
+Token counts use the embedder's tokenizer as an estimate of the LLM's; ``margin`` (default 10%)
+of the window is left free for the difference.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from chunktree.checks import InvalidValueError, integer, number, one_of, text
+from chunktree.engine.cache import EmbeddingCache
+from chunktree.engine.chunking import Chunk
+from chunktree.engine.embedding import embed_texts
+from chunktree.engine.inputs import default_embedder, texts_of
+from chunktree.engine.order import STRATEGIES, order
+from chunktree.engine.read.extractive import ExtractiveWorker, Sentences
+from chunktree.engine.read.llm_worker import (
+    MANAGER_PROMPT,
+    MANAGER_SUMMARY_PROMPT,
+    WORKER_PROMPT,
+    WORKER_SUMMARY_PROMPT,
+    LLMWorker,
+    pack,
+)
+from chunktree.engine.read.memory import Step, Tokens, empty_memory
+
+PROMPT_KEYS = ("worker", "worker_summary", "manager", "manager_summary")
+
+
+@dataclass(frozen=True)
+class ReadResult:
+    """What a Chain-of-Agents read produced.
+
+    Attributes
+    ----------
+    answer : the manager's answer (or summary).
+    memory : the last memory.
+    order : the chunk indices in the order they were read.
+    steps : one ``Step`` per worker call.
+    strategy : the order's strategy, or ``"given"`` for an explicit sequence.
+    reader : ``"extractive"`` or ``"llm"``.
+    params : memory and window budgets, the model (LLM), the query.
+    timings : seconds per stage (``order_s``, ``read_s``, ``answer_s``, ``total_s``).
+    """
+
+    answer: str
+    memory: dict[str, Any]
+    order: list[int]
+    steps: list[Step]
+    strategy: str = "given"
+    reader: str = "extractive"
+    params: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def failures(self) -> list[Step]:
+        return [s for s in self.steps if not s.ok]
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON-ready result; steps without their memories (the trace file has those)."""
+        return {"answer": self.answer, "memory": self.memory, "order": list(self.order), "strategy": self.strategy,
+                "reader": self.reader, "params": dict(self.params), "timings": dict(self.timings),
+                "failures": len(self.failures), "steps": [s.to_dict(memory=False) for s in self.steps]}
+
+
+def read(
+    chunks: Sequence[Chunk] | Sequence[str],
+    query: str | None = None,
+    *,
+    strategy: str = "bfs",
+    sequence: Sequence[int] | None = None,
+    llm: Any = None,
+    memory_tokens: int = 512,
+    window_tokens: int = 4096,
+    margin: float = 0.1,
+    prompts: dict[str, str] | None = None,
+    embedder: Any = None,
+    cache: EmbeddingCache | None = None,
+    trace: str | Path | None = None,
+    progress: bool = False,
+) -> ReadResult:
+    """Read ``chunks`` in order with bounded memory and answer ``query`` (or summarise).
+
+    Parameters
+    ----------
+    strategy : how ``chunktree.order`` orders the chunks (``"bfs"``, ``"dfs"``, ``"document"``,
+        ``"dense"``); ignored when ``sequence`` is given.
+    sequence : an explicit reading order (distinct chunk indices, not necessarily all).
+    llm : a ``ChatClient``; None for the extractive worker (no LLM).
+    memory_tokens : the memory's budget, in estimated tokens.
+    window_tokens : the model's context window; every worker call fits in it.
+    prompts : overrides for ``worker``, ``worker_summary``, ``manager``, ``manager_summary``.
+    trace : a JSONL file to write one line per step to.
+    """
+    t0 = time.perf_counter()
+    items = list(chunks)
+    if not items:
+        raise InvalidValueError("need at least one chunk to read; got 0")
+    texts = texts_of(items)
+    if query is not None:
+        text(query, "query")
+    integer(memory_tokens, "memory_tokens", 16)
+    integer(window_tokens, "window_tokens", 1)
+    number(margin, "margin", 0.0, 0.9)
+    unknown = sorted(set(prompts or {}) - set(PROMPT_KEYS))
+    if unknown:
+        raise InvalidValueError(f"prompts keys must be among {list(PROMPT_KEYS)}; got {unknown}")
+    if sequence is None:
+        one_of(strategy, "strategy", STRATEGIES)
+    else:
+        seq = [integer(i, "sequence[...]") for i in sequence]
+        if len(set(seq)) != len(seq) or not all(0 <= i < len(items) for i in seq):
+            raise InvalidValueError(f"sequence must list distinct chunk indices in [0, {len(items) - 1}]")
+    embedder = embedder or default_embedder()
+    tokens = Tokens(embedder)
+    provenance = [c if isinstance(c, Chunk) else None for c in items]
+    if llm is not None:
+        prompts = {"worker": WORKER_PROMPT, "worker_summary": WORKER_SUMMARY_PROMPT,
+                   "manager": MANAGER_PROMPT, "manager_summary": MANAGER_SUMMARY_PROMPT, **(prompts or {})}
+        worker: Any = LLMWorker(llm, query, prompts, tokens, memory_tokens, provenance)
+        fixed = worker.fixed_tokens()
+        room = int(window_tokens * (1 - margin)) - fixed - 2 * memory_tokens
+        if room < 32:
+            raise InvalidValueError(f"window_tokens={window_tokens} leaves {room} tokens for text after the "
+                                    f"instructions ({fixed}), the memory and the reply ({memory_tokens} each); "
+                                    "raise it or lower memory_tokens")
+    if sequence is None:
+        seq = order(items, query, strategy=strategy, embedder=embedder, cache=cache).order.tolist()
+    t1 = time.perf_counter()
+    if llm is None:
+        worker = _extractive_worker(texts, provenance, query, embedder, cache, memory_tokens)
+        groups = [[(i, texts[i])] for i in seq]
+    else:
+        groups = pack([(i, texts[i]) for i in seq], provenance, tokens, room)
+
+    memory = empty_memory()
+    steps: list[Step] = []
+    sink = open(trace, "w", encoding="utf-8") if trace else None
+    try:
+        iterator: Any = enumerate(groups)
+        if progress:
+            from tqdm.auto import tqdm
+
+            iterator = tqdm(iterator, total=len(groups), desc="read", unit="step", delay=1.0)
+        for index, group in iterator:
+            step, memory = worker.step(index, group, memory)
+            steps.append(step)
+            if sink:
+                sink.write(json.dumps(step.to_dict(), ensure_ascii=False) + "\n")
+                sink.flush()
+    finally:
+        if sink:
+            sink.close()
+    t2 = time.perf_counter()
+    answer = worker.answer(memory)
+    t3 = time.perf_counter()
+    params = {"query": query, "memory_tokens": memory_tokens, "window_tokens": window_tokens, "margin": margin,
+              "model": getattr(llm, "model", None)}
+    timings = {"order_s": t1 - t0, "read_s": t2 - t1, "answer_s": t3 - t2, "total_s": t3 - t0}
+    return ReadResult(answer, memory, seq, steps, "given" if sequence is not None else strategy,
+                      "extractive" if llm is None else "llm", params, timings)
+
+
+def _extractive_worker(texts: list[str], provenance: list[Chunk | None], query: str | None, embedder: Any,
+                       cache: EmbeddingCache | None, memory_tokens: int) -> ExtractiveWorker:
+    """The extractive worker for these texts: sentences scored by similarity to the query, or
+    without a query to the centroid of all sentences."""
+    sentences = Sentences.of(texts, embedder, cache)
+    if query is not None:
+        target = embed_texts([query], embedder, cache)[0][0]
+    else:  # summarising: closeness to the whole text's centroid
+        centroid = sentences.vectors.mean(axis=0)
+        target = centroid / max(float(np.linalg.norm(centroid)), 1e-12)
+    return ExtractiveWorker(sentences, sentences.vectors @ target, memory_tokens, texts, provenance)
