@@ -87,7 +87,7 @@ def evaluate_orders(
         if not qas:
             continue
         q_vecs, _ = embed_texts([qa["question"] for _, qa in qas], embedder, cache)
-        for qi, ((gold, qa), q) in enumerate(zip(qas, q_vecs)):
+        for (gold, qa), q in zip(qas, q_vecs):
             questions += 1
             scores = sentences.vectors @ q
             spans = [(a["answer_start"], a["answer_start"] + len(a["text"])) for a in qa["answers"]]

@@ -210,7 +210,7 @@ def test_eval_order_on_a_tiny_squad_file(tmp_path, cli):
     assert r.returncode == 0, r.stderr
     result = json.loads(out.read_text())
     assert result["questions"] == 2
-    for name, m in result["orders"].items():
+    for m in result["orders"].values():
         assert m["retained"]["mean"] == 1.0  # the whole article fits the memory: nothing is lost
     # document order: gold paragraphs 2 and 1 of 3 sit at positions 1.0 and 0.5
     assert result["orders"]["document"]["gold_position"]["mean"] == pytest.approx(0.75)
