@@ -1,4 +1,5 @@
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -7,10 +8,21 @@ import pytest
 SHARED_DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
 
 
+_TEMP_CACHE = None
+
+
 def pytest_configure(config):
     # Keep built models and the embedding cache of a test run out of the user's cache directory.
+    global _TEMP_CACHE
     if "CHUNKTREE_CACHE_DIR" not in os.environ:
-        os.environ["CHUNKTREE_CACHE_DIR"] = tempfile.mkdtemp(prefix="chunktree-test-cache-")
+        _TEMP_CACHE = tempfile.mkdtemp(prefix="chunktree-test-cache-")
+        os.environ["CHUNKTREE_CACHE_DIR"] = _TEMP_CACHE
+
+
+def pytest_unconfigure(config):
+    if _TEMP_CACHE is not None:
+        shutil.rmtree(_TEMP_CACHE, ignore_errors=True)
+        del os.environ["CHUNKTREE_CACHE_DIR"]
 
 
 @pytest.fixture(scope="session")
