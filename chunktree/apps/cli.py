@@ -22,7 +22,7 @@ import numpy as np
 from chunktree.checks import ChunktreeError, InvalidValueError, require
 from chunktree.engine.chunking import DEFAULT_CHUNK_TOKENS, DEFAULT_OVERLAP_TOKENS, chunk_documents
 from chunktree.engine.documents import read_paths, sample_documents
-from chunktree.engine.order import EXACT_MAX_N, METHODS, STRATEGIES
+from chunktree.engine.order import DEFAULT_STRATEGY, EXACT_MAX_N, METHODS, STRATEGIES
 from chunktree.models.embedder import DEFAULT_BATCH_SIZE
 from chunktree.models.registry import DEFAULT_MODEL
 
@@ -63,8 +63,9 @@ def build_parser() -> argparse.ArgumentParser:
                                    "chunk similarities and print the chunks in reading order with provenance.")
     _add_corpus_args(p)
     p.add_argument("-q", "--query", default=None, help="the question the reader will answer (picks the root)")
-    p.add_argument("--strategy", choices=STRATEGIES, default="bfs",
-                   help="bfs (CL-ORDER), dfs, or the baselines document and dense (default %(default)s)")
+    p.add_argument("--strategy", choices=STRATEGIES, default=DEFAULT_STRATEGY,
+                   help="bfs (CL-ORDER), dfs, guided, dense_tree, or the baselines document and dense "
+                        "(default %(default)s)")
     p.add_argument("--root", type=int, default=None, help="start from this chunk id")
     p.add_argument("--method", choices=METHODS, default="auto",
                    help=f"exact (dense Prim's), sparse (top-K graph), or auto: exact up to {EXACT_MAX_N} chunks "
@@ -96,25 +97,33 @@ def build_parser() -> argparse.ArgumentParser:
                                    "(--llm-base-url, --model) or the offline extractive reader (--extractive).")
     _add_corpus_args(p, model_flag="--embed-model")
     p.add_argument("-q", "--query", default=None, help="the question (without one: a summary)")
-    p.add_argument("--order", choices=STRATEGIES, default="bfs", help="reading order (default %(default)s)")
+    p.add_argument("--order", choices=STRATEGIES, default=DEFAULT_STRATEGY,
+                   help="reading order (default %(default)s)")
     who = p.add_mutually_exclusive_group()
     who.add_argument("--extractive", action="store_true", help="the offline extractive reader (no LLM)")
     who.add_argument("--llm-base-url", default=None,
                      help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8080/v1 (or CHUNKTREE_LLM_BASE_URL)")
     p.add_argument("--model", dest="llm_model", default=None, help="LLM model name (or CHUNKTREE_LLM_MODEL)")
     p.add_argument("--memory-tokens", type=int, default=512, help="memory budget (default %(default)s)")
+    p.add_argument("--memory-weight", type=float, default=None,
+                   help="extractive reader: weight of similarity to what the memory holds (default 0: the "
+                        "query-only reader; see the README)")
     p.add_argument("--window-tokens", type=int, default=4096, help="LLM context window (default %(default)s)")
     p.add_argument("--trace", type=Path, default=None, help="write one JSON line per worker step here")
     p.add_argument("--format", choices=("text", "json"), default="text")
     p.set_defaults(func=cmd_read)
 
-    p = sub.add_parser("eval-order", help="measure how much gold evidence each order keeps (SQuAD-format data)",
-                       description="For every question of a SQuAD-format file, read the article's paragraphs with "
-                                   "the extractive reader under each order and report evidence retention, gold "
-                                   "position and the distance between answer-bearing paragraphs.")
-    p.add_argument("data", type=Path, metavar="DATA.json")
-    p.add_argument("--budget", type=float, default=0.1, help="memory as a fraction of each article (default %(default)s)")
-    p.add_argument("--articles", type=int, default=None, help="only the first N articles")
+    p = sub.add_parser("eval-order", help="measure whether an order helps a bounded reader (SQuAD or HotpotQA data)",
+                       description="For every question of a SQuAD-format JSON or HotpotQA-style JSONL file, order "
+                                   "the passage's paragraphs with every strategy, read them with the extractive "
+                                   "readers, and report where the gold paragraphs come and what the memory keeps, "
+                                   "with 95%% bootstrap intervals and paired differences from document and dense.")
+    p.add_argument("data", type=Path, metavar="DATA")
+    p.add_argument("--format", choices=("auto", "squad", "hotpot"), default="auto",
+                   help="data format; auto: .jsonl is HotpotQA-style, anything else SQuAD (default %(default)s)")
+    p.add_argument("--budget", type=float, default=0.1,
+                   help="memory as a fraction of each passage (default %(default)s)")
+    p.add_argument("--limit", type=int, default=None, help="only the first N questions")
     p.add_argument("--seed", type=int, default=0, help="seed of the random order (default %(default)s)")
     p.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
     cache = p.add_mutually_exclusive_group()
@@ -306,7 +315,8 @@ def cmd_read(args: argparse.Namespace) -> int:
             raise InvalidValueError("give --extractive (no LLM) or --llm-base-url URL (or set CHUNKTREE_LLM_BASE_URL)")
         llm = ChatClient(args.llm_base_url, args.llm_model)
     embedder, chunks, chunk_s = _load_chunks(args)
-    result = read(chunks, args.query, strategy=args.order, llm=llm, memory_tokens=args.memory_tokens,
+    weight = {} if args.memory_weight is None else {"memory_weight": args.memory_weight}
+    result = read(chunks, args.query, strategy=args.order, llm=llm, memory_tokens=args.memory_tokens, **weight,
                   window_tokens=args.window_tokens, embedder=embedder, cache=_open_cache(args), trace=args.trace,
                   progress=_progress())
     doc = _with_chunk_time(result.to_dict(), chunk_s)
@@ -331,19 +341,27 @@ def cmd_read(args: argparse.Namespace) -> int:
 
 
 def cmd_eval_order(args: argparse.Namespace) -> int:
-    from chunktree.engine.evaluate import evaluate_orders, format_table, load_squad
+    from chunktree.engine.evaluate import evaluate_orders, format_report, load
+    from chunktree.engine.evaluate.data import Passage
     from chunktree.engine.inputs import default_embedder
 
-    articles = load_squad(args.data)
-    if args.articles is not None:
-        if args.articles < 1:
-            raise InvalidValueError(f"--articles must be >= 1; got {args.articles}")
-        articles = articles[:args.articles]
-    result = evaluate_orders(articles, default_embedder(), _open_cache(args), budget=args.budget, seed=args.seed,
+    if args.limit is not None and args.limit < 1:
+        raise InvalidValueError(f"--limit must be >= 1; got {args.limit}")
+    fmt, passages = load(args.data, args.format)
+    if args.limit is not None:  # the first N questions, passage by passage
+        kept, left = [], args.limit
+        for passage in passages:
+            if left <= 0:
+                break
+            kept.append(Passage(passage.paragraphs, passage.questions[:left]))
+            left -= len(kept[-1].questions)
+        passages = kept
+    result = evaluate_orders(passages, default_embedder(), _open_cache(args), budget=args.budget, seed=args.seed,
                              progress=_progress())
-    print(format_table(result))
+    print(format_report(result, fmt))
     if args.json:
-        args.json.write_text(json.dumps(result, indent=1), encoding="utf-8")
+        args.json.write_text(json.dumps({k: v for k, v in result.items() if k != "records"}, indent=1),
+                             encoding="utf-8")
         print(f"\nwrote {args.json}")
     return 0
 

@@ -7,8 +7,13 @@
    joined by their best cross-component edges into one spanning tree.
 3. Root: the chunk most similar to the query; without a query, the most central chunk (highest
    mean similarity to all chunks, which for unit vectors is ``x_i . mean(x)``); or the caller's.
-4. Traversal: BFS from the root (CL-ORDER) or DFS; children by descending edge weight, ties by
-   query similarity, then document position.
+4. Traversal of the tree from the root:
+   - ``"bfs"`` (CL-ORDER) or ``"dfs"``: children by descending edge weight, ties by query
+     similarity, then document position;
+   - ``"guided"``: best-first — each step reads, among the children of what was read, the one
+     with the highest ``blend * edge weight + (1 - blend) * query similarity``;
+   - ``"dense_tree"``: dense order, each chunk followed at once by its tree neighbours not read
+     yet (by descending edge weight), so what a relevant chunk depends on comes right after it.
 Baselines: ``"document"`` (input order) and ``"dense"`` (descending query similarity).
 """
 
@@ -22,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from chunktree.checks import InvalidValueError, integer, one_of, optional_positive_int
+from chunktree.checks import InvalidValueError, integer, number, one_of, optional_positive_int
 from chunktree.engine.cache import EmbeddingCache
 from chunktree.engine.chunking import Chunk
 from chunktree.engine.embedding import EmbedStats
@@ -32,11 +37,21 @@ from chunktree.kernels.forest import join_components, max_spanning_forest, orien
 from chunktree.kernels.prim import prim_max_spanning_tree
 from chunktree.kernels.similarity import similarity_matrix
 from chunktree.kernels.topk import topk_clustered
-from chunktree.kernels.traversal import bfs_order, children_csr, dfs_order
+from chunktree.kernels.traversal import (
+    best_first_order,
+    bfs_order,
+    children_csr,
+    dfs_order,
+    pull_neighbours_order,
+)
 
 log = logging.getLogger(__name__)
 
-STRATEGIES = ("bfs", "dfs", "document", "dense")
+STRATEGIES = ("bfs", "dfs", "guided", "dense_tree", "document", "dense")
+NEEDS_QUERY = ("dense", "dense_tree")
+# The default, chosen by measurement on the shared data (README, "Does the order help?").
+DEFAULT_STRATEGY = "bfs"
+DEFAULT_BLEND = 0.5
 METHODS = ("auto", "exact", "sparse")
 # "auto" takes the exact path up to this many chunks. The exact path holds one n x n float32
 # matrix (1.6 GB at n = 20,000); see bench/bench_order.py for the time and memory behind it.
@@ -110,13 +125,14 @@ def order(
     chunks_or_embeddings: Sequence[Chunk] | Sequence[str] | np.ndarray,
     query: str | np.ndarray | None = None,
     *,
-    strategy: str = "bfs",
+    strategy: str = DEFAULT_STRATEGY,
     root: int | None = None,
     method: str = "auto",
     k: int | None = None,
     n_clusters: int | None = None,
     probes: int | None = None,
     seed: int = 0,
+    blend: float = DEFAULT_BLEND,
     embedder: Any = None,
     cache: EmbeddingCache | None = None,
     progress: bool = False,
@@ -128,13 +144,16 @@ def order(
     chunks_or_embeddings : ``Chunk`` objects or strings (embedded with ``embedder``, default the
         default model, through ``cache``), or a float array (n, d) of embeddings.
     query : a string (embedded like the chunks) or a vector (d,); optional.
-    strategy : ``"bfs"`` (CL-ORDER), ``"dfs"``, ``"document"`` or ``"dense"`` (needs a query).
+    strategy : ``"bfs"`` (CL-ORDER), ``"dfs"``, ``"guided"``, ``"dense_tree"`` (needs a query),
+        or the baselines ``"document"`` and ``"dense"`` (needs a query).
     root : a chunk index to start from; default: most similar to the query, else most central.
     method : ``"exact"`` (dense Prim's), ``"sparse"`` (top-K graph, forest, joined) or ``"auto"``
         (exact up to ``EXACT_MAX_N`` chunks, sparse beyond).
     k, n_clusters, probes, seed : the sparse method's neighbours per chunk (default 16, capped at
         n - 1), K-means clusters (default 2 * sqrt(n)), clusters searched per chunk (default 16)
         and K-means seed.
+    blend : for ``"guided"``: the weight of the edge similarity against the query similarity
+        (1: edge weight only, 0: query similarity only; without a query, edge weight only).
     progress : show a progress bar while embedding.
     """
     one_of(strategy, "strategy", STRATEGIES)
@@ -142,13 +161,14 @@ def order(
     for value, name in ((k, "k"), (n_clusters, "n_clusters"), (probes, "probes")):
         optional_positive_int(value, name)
     integer(seed, "seed", 0)
+    number(blend, "blend", 0.0, 1.0)
     if method == "exact" and (k, n_clusters, probes) != (None, None, None):
         raise InvalidValueError("k, n_clusters and probes set the sparse method; they do not apply to "
                                 "method='exact'")
     if root is not None:
         integer(root, "root (a chunk index)", 0)
-    if strategy == "dense" and query is None:
-        raise InvalidValueError("strategy 'dense' orders by query similarity and needs a query")
+    if strategy in NEEDS_QUERY and query is None:
+        raise InvalidValueError(f"strategy {strategy!r} orders by query similarity and needs a query")
     t0 = time.perf_counter()
     inputs = prepare(chunks_or_embeddings, query, embedder=embedder, cache=cache, progress=progress)
     timings = {"embed_s": time.perf_counter() - t0}
@@ -182,8 +202,16 @@ def order(
     # Children by descending edge weight, then descending query similarity, then position.
     keys = (-weight, -qsim) if qsim is not None else (-weight,)
     indptr, children = children_csr(parent, *keys)
-    walk = bfs_order if strategy == "bfs" else dfs_order
-    seq = walk(indptr, children, np.int64(root))
+    if strategy == "guided":
+        params["blend"] = blend
+        priority = weight.astype(np.float64) if qsim is None else blend * weight + (1.0 - blend) * qsim
+        seq = best_first_order(indptr, children, np.int64(root), priority.astype(np.float64))
+    elif strategy == "dense_tree":
+        ids = np.arange(n)
+        ranking = np.lexsort((ids, -qsim, ids != root)).astype(np.int64)  # the root first, then dense
+        seq = pull_neighbours_order(indptr, children, parent, weight, ranking)
+    else:
+        seq = (bfs_order if strategy == "bfs" else dfs_order)(indptr, children, np.int64(root))
     timings["traverse_s"] = time.perf_counter() - t2
     parent_sim = weight.copy()
     parent_sim[root] = np.nan

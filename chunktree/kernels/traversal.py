@@ -1,4 +1,5 @@
-"""Breadth-first and depth-first orders of a rooted tree given as children lists (CSR)."""
+"""Orders of a rooted tree given as children lists (CSR): breadth-first, depth-first, best-first
+by a priority, and a ranking with each vertex's tree neighbours pulled in after it."""
 
 import numpy as np
 from numba import njit
@@ -56,3 +57,93 @@ def dfs_order(indptr, children, root):  # pragma: no cover - compiled
             stack[top] = children[j]
             top += 1
     return order[:count]
+
+
+@njit("int64[:](int64[:], int64[:], int64, float64[:])", cache=True)
+def best_first_order(indptr, children, root, priority):  # pragma: no cover - compiled
+    """Vertices reachable from ``root``, each step taking the frontier vertex (a child of one
+    already taken) of highest ``priority``; ties to the lower index. A binary heap: O(n log n)."""
+    n = indptr.shape[0] - 1
+    order = np.empty(n, dtype=np.int64)
+    heap_key = np.empty(n, dtype=np.float64)
+    heap_vertex = np.empty(n, dtype=np.int64)
+    size = 0
+    count = 0
+    v = root
+    while True:
+        order[count] = v
+        count += 1
+        for j in range(indptr[v], indptr[v + 1]):  # push the children of v
+            c = children[j]
+            i = size
+            size += 1
+            while i > 0:  # sift up: the heap's top is the highest priority, then the lowest index
+                p = (i - 1) // 2
+                if priority[c] > heap_key[p] or (priority[c] == heap_key[p] and c < heap_vertex[p]):
+                    heap_key[i], heap_vertex[i] = heap_key[p], heap_vertex[p]
+                    i = p
+                else:
+                    break
+            heap_key[i], heap_vertex[i] = priority[c], c
+        if size == 0:
+            break
+        v = heap_vertex[0]
+        size -= 1
+        key, last = heap_key[size], heap_vertex[size]
+        i = 0
+        while True:  # sift the last element down from the top
+            a = 2 * i + 1
+            if a >= size:
+                break
+            b = a + 1
+            if b < size and (heap_key[b] > heap_key[a] or (heap_key[b] == heap_key[a] and heap_vertex[b] < heap_vertex[a])):
+                a = b
+            if heap_key[a] > key or (heap_key[a] == key and heap_vertex[a] < last):
+                heap_key[i], heap_vertex[i] = heap_key[a], heap_vertex[a]
+                i = a
+            else:
+                break
+        heap_key[i], heap_vertex[i] = key, last
+    return order[:count]
+
+
+@njit("int64[:](int64[:], int64[:], int64[:], float32[:], int64[:])", cache=True)
+def pull_neighbours_order(indptr, children, parent, weight, ranking):  # pragma: no cover - compiled
+    """Vertices in ``ranking`` order, each followed at once by its tree neighbours (parent and
+    children) not placed yet, by descending edge weight (``weight[c]`` is the weight of the edge
+    from ``c`` to its parent; ties to the lower index)."""
+    n = ranking.shape[0]
+    placed = np.zeros(n, dtype=np.bool_)
+    order = np.empty(n, dtype=np.int64)
+    count = 0
+    for r in range(n):
+        v = ranking[r]
+        if placed[v]:
+            continue
+        placed[v] = True
+        order[count] = v
+        count += 1
+        m = indptr[v + 1] - indptr[v] + 1
+        near = np.empty(m, dtype=np.int64)
+        near_w = np.empty(m, dtype=np.float64)
+        k = 0
+        if parent[v] >= 0 and not placed[parent[v]]:
+            near[k], near_w[k] = parent[v], weight[v]
+            k += 1
+        for j in range(indptr[v], indptr[v + 1]):
+            c = children[j]
+            if not placed[c]:
+                near[k], near_w[k] = c, weight[c]
+                k += 1
+        for a in range(1, k):  # insertion sort: descending weight, then ascending index
+            u, w = near[a], near_w[a]
+            b = a - 1
+            while b >= 0 and (near_w[b] < w or (near_w[b] == w and near[b] > u)):
+                near[b + 1], near_w[b + 1] = near[b], near_w[b]
+                b -= 1
+            near[b + 1], near_w[b + 1] = u, w
+        for a in range(k):
+            placed[near[a]] = True
+            order[count] = near[a]
+            count += 1
+    return order

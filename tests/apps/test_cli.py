@@ -209,14 +209,17 @@ def test_eval_order_on_a_tiny_squad_file(tmp_path, cli):
     r = cli("eval-order", str(path), "--budget", "1.0", "--json", str(out), "--cache", str(tmp_path / "c.sqlite"))
     assert r.returncode == 0, r.stderr
     result = json.loads(out.read_text())
-    assert result["questions"] == 2
-    for m in result["orders"].values():
-        assert m["retained"]["mean"] == 1.0  # the whole article fits the memory: nothing is lost
+    assert result["summary"]["all"]["questions"] == 2
+    orders = result["summary"]["all"]["orders"]
+    for m in orders.values():  # the whole article fits the memory: nothing is lost
+        assert m["query:answer_held"]["mean"] == m["memory:answer_held"]["mean"] == 1.0
     # document order: gold paragraphs 2 and 1 of 3 sit at positions 1.0 and 0.5
-    assert result["orders"]["document"]["gold_position"]["mean"] == pytest.approx(0.75)
-    assert "| bfs |" in r.stdout
+    assert orders["document"]["later_gold"]["mean"] == pytest.approx(0.75)
+    assert "| bfs |" in r.stdout and "squad:" in r.stdout
     bad = cli("eval-order", str(path), "--budget", "0")
-    assert bad.returncode == 2 and "budget (a fraction of the article) must be a number in (0.0, 1.0]" in bad.stderr
+    assert bad.returncode == 2 and "budget (a fraction of the passage) must be a number in (0.0, 1.0]" in bad.stderr
+    one = cli("eval-order", str(path), "--limit", "1", "--json", str(out), "--cache", str(tmp_path / "c.sqlite"))
+    assert one.returncode == 0 and json.loads(out.read_text())["summary"]["all"]["questions"] == 1
 
 
 def test_serve_answers_an_openai_client(tmp_path, embedder):

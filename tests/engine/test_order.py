@@ -105,6 +105,48 @@ def test_baselines():
     assert dense.order.tolist() == sorted(range(50), key=lambda i: (-float(x[i] @ q), i))
 
 
+def reference_guided(parent, weight, qsim, root, blend):
+    """Best-first over the tree, the slow way: scan the whole frontier at every step."""
+    priority = blend * weight + (1 - blend) * qsim
+    order, frontier = [root], {int(c) for c in np.flatnonzero(parent == root)}
+    while frontier:
+        v = max(frontier, key=lambda c: (priority[c], -c))
+        frontier.remove(v)
+        order.append(v)
+        frontier |= {int(c) for c in np.flatnonzero(parent == v)}
+    return order
+
+
+@pytest.mark.parametrize("blend", [0.0, 0.5, 1.0])
+def test_guided_is_best_first_over_the_tree(blend):
+    x = clustered(150, seed=12)
+    q = x[40] + x[99]
+    r = order(x, q, strategy="guided", blend=blend)
+    qsim = x @ (q / np.linalg.norm(q))
+    assert r.order.tolist() == reference_guided(r.parent, np.nan_to_num(r.parent_similarity), qsim, r.root, blend)
+    np.testing.assert_array_equal(r.parent, order(x, q).parent)  # the same tree as bfs
+    assert r.params["blend"] == blend
+
+
+def test_dense_tree_pulls_each_chunks_neighbours_in_after_it():
+    x = clustered(120, seed=13)
+    q = x[7]
+    r = order(x, q, strategy="dense_tree")
+    dense = order(x, q, strategy="dense").order.tolist()
+    assert sorted(r.order.tolist()) == list(range(120)) and r.order[0] == dense[0] == r.root
+    placed, want = set(), []
+    for v in dense:  # the reference: walk the dense order, pull in unplaced tree neighbours
+        if v in placed:
+            continue
+        near = [int(c) for c in np.flatnonzero(r.parent == v)] + ([int(r.parent[v])] if r.parent[v] >= 0 else [])
+        edge = {c: (r.parent_similarity[c] if r.parent[c] == v else r.parent_similarity[v]) for c in near}
+        near = sorted((c for c in near if c not in placed), key=lambda c: (-edge[c], c))
+        for u in [v, *near]:
+            placed.add(u)
+            want.append(u)
+    assert r.order.tolist() == want
+
+
 @pytest.mark.parametrize("n", [1, 2])
 def test_tiny_inputs(n):
     r = order(clustered(n, seed=7))
@@ -139,7 +181,9 @@ def test_texts_are_embedded(embedder):
     ({"chunks_or_embeddings": np.array([["a", "b"]], dtype=object)}, TypeError, "numeric array"),
     ({"query": np.ones(3)}, ValueError, r"vector of 2 dims; got shape \(3,\)"),
     ({"query": np.zeros(2)}, ValueError, "query has zero-norm"),
-    ({"strategy": "random"}, ValueError, r"strategy must be one of \['bfs', 'dfs', 'document', 'dense'\]; got 'random'"),
+    ({"strategy": "random"}, ValueError, r"strategy must be one of \['bfs', 'dfs', 'guided', 'dense_tree', 'document', 'dense'\]; got 'random'"),
+    ({"strategy": "dense_tree"}, ValueError, "'dense_tree' orders by query similarity and needs a query"),
+    ({"strategy": "guided", "blend": 1.5}, ValueError, r"blend must be a number in \[0.0, 1.0\]; got 1.5"),
     ({"method": "fast"}, ValueError, "method must be one of .*got 'fast'"),
     ({"root": 3}, ValueError, r"root \(a chunk index\) must be in \[0, 2\]; got 3"),
     ({"root": -1}, ValueError, r"root \(a chunk index\) must be >= 0; got -1"),

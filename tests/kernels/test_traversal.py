@@ -84,3 +84,40 @@ def test_dfs_properties():
 def test_single_vertex():
     indptr, children = children_csr(np.array([-1]))
     assert bfs_order(indptr, children, 0).tolist() == [0] == dfs_order(indptr, children, 0).tolist()
+
+
+def test_best_first_against_a_frontier_scan():
+    from chunktree.kernels.traversal import best_first_order
+
+    for seed in range(5):
+        parent, root, w = random_tree(200, seed)
+        priority = np.round(np.random.default_rng(seed).random(200), 2)  # rounded: many ties
+        indptr, children = children_csr(parent)
+        got = best_first_order(indptr, children, root, priority)
+        want, frontier = [root], set(np.flatnonzero(parent == root).tolist())
+        while frontier:
+            v = max(frontier, key=lambda c: (priority[c], -c))  # ties to the lower index
+            frontier.remove(v)
+            want.append(v)
+            frontier |= set(np.flatnonzero(parent == v).tolist())
+        assert got.tolist() == want
+
+
+def test_pull_neighbours_against_a_plain_loop():
+    from chunktree.kernels.traversal import pull_neighbours_order
+
+    parent, root, w = random_tree(150, 7)
+    w = np.round(w, 1)  # many equal weights: ties go to the lower index
+    indptr, children = children_csr(parent, -w)
+    ranking = np.random.default_rng(7).permutation(150).astype(np.int64)
+    got = pull_neighbours_order(indptr, children, parent, w, ranking)
+    placed, want = set(), []
+    for v in ranking.tolist():
+        if v in placed:
+            continue
+        near = np.flatnonzero(parent == v).tolist() + ([int(parent[v])] if parent[v] >= 0 else [])
+        edge = {c: w[c] if parent[c] == v else w[v] for c in near}
+        for u in [v] + sorted((c for c in near if c not in placed), key=lambda c: (-edge[c], c)):
+            placed.add(u)
+            want.append(u)
+    assert got.tolist() == want

@@ -19,7 +19,7 @@ from chunktree.apps.serve.batcher import BatchedEmbedder, Overloaded
 from chunktree.apps.serve.http import HTTPError, optional_field, read_json, texts_field
 from chunktree.apps.serve.service import Service
 from chunktree.checks import ChunktreeError
-from chunktree.engine.order import order
+from chunktree.engine.order import DEFAULT_STRATEGY, order
 from chunktree.engine.select import select
 
 
@@ -68,7 +68,7 @@ async def order_endpoint(service: Service, request: Any) -> Any:
     body = await read_json(request, service.limits)
     texts = texts_field(body, "texts", service.limits)
     query = optional_field(body, "query", str, None)
-    strategy = optional_field(body, "strategy", str, "bfs")
+    strategy = optional_field(body, "strategy", str, DEFAULT_STRATEGY)
     root = optional_field(body, "root", int, None)
     result = await _run_library(service, order, texts, query, strategy=strategy, root=root)
     return result.to_dict()

@@ -28,8 +28,8 @@ from chunktree.engine.cache import EmbeddingCache
 from chunktree.engine.chunking import Chunk
 from chunktree.engine.embedding import embed_texts
 from chunktree.engine.inputs import default_embedder, texts_of
-from chunktree.engine.order import STRATEGIES, order
-from chunktree.engine.read.extractive import ExtractiveWorker, Sentences
+from chunktree.engine.order import DEFAULT_STRATEGY, STRATEGIES, order
+from chunktree.engine.read.extractive import DEFAULT_MEMORY_WEIGHT, ExtractiveWorker, Sentences
 from chunktree.engine.read.llm_worker import (
     MANAGER_PROMPT,
     MANAGER_SUMMARY_PROMPT,
@@ -83,9 +83,10 @@ def read(
     chunks: Sequence[Chunk] | Sequence[str],
     query: str | None = None,
     *,
-    strategy: str = "bfs",
+    strategy: str = DEFAULT_STRATEGY,
     sequence: Sequence[int] | None = None,
     llm: Any = None,
+    memory_weight: float = DEFAULT_MEMORY_WEIGHT,
     memory_tokens: int = 512,
     window_tokens: int = 4096,
     margin: float = 0.1,
@@ -99,10 +100,12 @@ def read(
 
     Parameters
     ----------
-    strategy : how ``chunktree.order`` orders the chunks (``"bfs"``, ``"dfs"``, ``"document"``,
-        ``"dense"``); ignored when ``sequence`` is given.
+    strategy : how ``chunktree.order`` orders the chunks (one of ``chunktree.engine.order.STRATEGIES``);
+        ignored when ``sequence`` is given.
     sequence : an explicit reading order (distinct chunk indices, not necessarily all).
     llm : a ``ChatClient``; None for the extractive worker (no LLM).
+    memory_weight : the extractive worker's weight of similarity to what its memory holds (0: the
+        query-only worker; see ``engine.read.extractive``).
     memory_tokens : the memory's budget, in estimated tokens.
     window_tokens : the model's context window; every worker call fits in it.
     prompts : overrides for ``worker``, ``worker_summary``, ``manager``, ``manager_summary``.
@@ -118,6 +121,7 @@ def read(
     integer(memory_tokens, "memory_tokens", 16)
     integer(window_tokens, "window_tokens", 1)
     number(margin, "margin", 0.0, 0.9)
+    number(memory_weight, "memory_weight", 0.0)
     unknown = sorted(set(prompts or {}) - set(PROMPT_KEYS))
     if unknown:
         raise InvalidValueError(f"prompts keys must be among {list(PROMPT_KEYS)}; got {unknown}")
@@ -144,7 +148,7 @@ def read(
         seq = order(items, query, strategy=strategy, embedder=embedder, cache=cache).order.tolist()
     t1 = time.perf_counter()
     if llm is None:
-        worker = _extractive_worker(texts, provenance, query, embedder, cache, memory_tokens)
+        worker = _extractive_worker(texts, provenance, query, embedder, cache, memory_tokens, memory_weight)
         groups = [[(i, texts[i])] for i in seq]
     else:
         groups = pack([(i, texts[i]) for i in seq], provenance, tokens, room)
@@ -171,14 +175,14 @@ def read(
     answer = worker.answer(memory)
     t3 = time.perf_counter()
     params = {"query": query, "memory_tokens": memory_tokens, "window_tokens": window_tokens, "margin": margin,
-              "model": getattr(llm, "model", None)}
+              "model": getattr(llm, "model", None), "memory_weight": memory_weight if llm is None else None}
     timings = {"order_s": t1 - t0, "read_s": t2 - t1, "answer_s": t3 - t2, "total_s": t3 - t0}
     return ReadResult(answer, memory, seq, steps, "given" if sequence is not None else strategy,
                       "extractive" if llm is None else "llm", params, timings)
 
 
 def _extractive_worker(texts: list[str], provenance: list[Chunk | None], query: str | None, embedder: Any,
-                       cache: EmbeddingCache | None, memory_tokens: int) -> ExtractiveWorker:
+                       cache: EmbeddingCache | None, memory_tokens: int, memory_weight: float) -> ExtractiveWorker:
     """The extractive worker for these texts: sentences scored by similarity to the query, or
     without a query to the centroid of all sentences."""
     sentences = Sentences.of(texts, embedder, cache)
@@ -187,4 +191,4 @@ def _extractive_worker(texts: list[str], provenance: list[Chunk | None], query: 
     else:  # summarising: closeness to the whole text's centroid
         centroid = sentences.vectors.mean(axis=0)
         target = centroid / max(float(np.linalg.norm(centroid)), 1e-12)
-    return ExtractiveWorker(sentences, sentences.vectors @ target, memory_tokens, texts, provenance)
+    return ExtractiveWorker(sentences, sentences.vectors @ target, memory_tokens, texts, provenance, memory_weight)

@@ -1,0 +1,112 @@
+"""eval-order's data, readers, metrics and intervals: hand-made cases with known answers."""
+
+import json
+
+import numpy as np
+import pytest
+
+from chunktree.engine.evaluate import evaluate_orders, format_report, load
+from chunktree.engine.evaluate.data import question_kind
+from chunktree.engine.evaluate.stats import bootstrap
+from chunktree.engine.read.extractive import ExtractiveWorker, Sentences
+
+
+def hotpot_line(question, answers, paragraphs, gold):
+    return json.dumps({"question": question, "answers": answers,
+                       "paragraphs": [{"title": t, "text": x, "supporting": i in gold}
+                                      for i, (t, x) in enumerate(paragraphs)]})
+
+
+PARAGRAPHS = [
+    ("Nantucket", "Nantucket is an island. Whaling ships sailed from its harbour."),
+    ("Moby-Dick (novel)", "Moby-Dick is a novel by Herman Melville. Its captain is Ahab."),
+    ("Lighthouse", "The lighthouse stood on the cliff. Its lamp burned whale oil."),
+    ("Herman Melville", "Herman Melville was born in New York City in 1819. He worked on a whaler."),
+]
+
+
+def test_hotpot_lines_load_with_their_kind(tmp_path):
+    path = tmp_path / "h.jsonl"
+    path.write_text("\n".join([
+        hotpot_line("Where was the author of Moby-Dick born?", ["New York City"], PARAGRAPHS, {1, 3}),
+        hotpot_line("Are Nantucket and Lighthouse both places?", ["yes"], PARAGRAPHS, {0, 2}),
+        hotpot_line("Who was older, Herman Melville or the Moby-Dick captain?", ["Melville"], PARAGRAPHS, {1, 3}),
+    ]) + "\n")
+    fmt, passages = load(path)
+    assert fmt == "hotpot" and len(passages) == 3
+    assert [p.questions[0].kind for p in passages] == ["bridge", "comparison", "comparison"]
+    assert passages[0].questions[0].gold == (1, 3) and passages[0].paragraphs[3].startswith("Herman")
+
+
+@pytest.mark.parametrize("question, answers, titles, kind", [
+    ("Is Paris in France?", ["Yes"], ["Paris", "France"], "comparison"),
+    ("Which is older, Yale (university) or Harvard?", ["Harvard"], ["Yale (university)", "Harvard"], "comparison"),
+    ("What city hosts the team whose coach is Ann?", ["Boston"], ["Ann Smith", "Boston"], "bridge"),
+])
+def test_question_kind_rule(question, answers, titles, kind):
+    assert question_kind(question, tuple(answers), titles) == kind
+
+
+def test_bad_lines_name_the_file_and_line(tmp_path):
+    path = tmp_path / "h.jsonl"
+    path.write_text(hotpot_line("q?", ["a"], PARAGRAPHS, {0, 1}) + "\n{\"question\": 3}\n")
+    with pytest.raises(ValueError, match=r"h.jsonl:2: not a HotpotQA-style line"):
+        load(path)
+    squad = tmp_path / "s.json"
+    squad.write_text('{"data": [{"paragraphs": [{"qas": []}]}]}')
+    with pytest.raises(ValueError, match="not a SQuAD-format file"):
+        load(squad)
+    with pytest.raises(ValueError, match="format must be one of"):
+        load(squad, "csv")
+
+
+def test_memory_aware_worker_needs_the_first_hop_before_the_second():
+    # q along z. s0 (hop 1) is close to q; s1 (hop 2) is far from q but close to s0; s2 and s3 are
+    # distractors, closer to q than s1 and far from s0. The memory holds two sentences.
+    vectors = np.array([[0.8, 0, 0.6], [0.9798, 0, 0.2], [0, 0.9165, 0.4], [0, -0.893, 0.45]], dtype=np.float32)
+    vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
+    sentences = Sentences(chunk=np.arange(4), start=np.zeros(4, np.int64), end=np.ones(4, np.int64),
+                          tokens=np.ones(4, np.int64), vectors=vectors, indptr=np.arange(5))
+    scores = vectors @ np.array([0, 0, 1], np.float32)
+
+    def kept(seq, weight):
+        worker = ExtractiveWorker(sentences, scores, 2, ["a", "b", "c", "d"], memory_weight=weight)
+        for chunk in seq:
+            worker.read(chunk)
+        return sorted(worker.kept_sentences())
+
+    # query-only: hop 2 scores lowest, whatever the order
+    assert kept([0, 1, 3, 2], 0.0) == kept([1, 3, 2, 0], 0.0) == [0, 3]
+    # memory-aware: hop 1 held makes hop 2 recognisable ...
+    assert kept([0, 1, 3, 2], 0.5) == [0, 1]
+    # ... but hop 2 read first, with nothing in memory to vouch for it, is dropped
+    assert kept([1, 3, 2, 0], 0.5) == [0, 3]
+
+
+def test_evaluate_on_a_tiny_hotpot_set(tmp_path, embedder):
+    path = tmp_path / "h.jsonl"
+    path.write_text(hotpot_line("Where was the author of Moby-Dick born?", ["New York City"], PARAGRAPHS, {1, 3}))
+    _, passages = load(path)
+    result = evaluate_orders(passages, embedder, budget=1.0)
+    (record,) = result["records"]
+    doc = record["orders"]["document"]
+    # document order: gold at positions 1 and 3 of 4
+    assert doc["positions"] == {"later_gold": 1.0, "gap": 2.0, "adjacent": 0.0, "first3": 0.0}
+    for m in record["orders"].values():  # the whole passage fits the memory
+        assert m["query"] == m["memory"] == {"gold_all": 1.0, "gold_each": 1.0, "answer_held": 1.0}
+    assert record["tree_edge"] in (0.0, 1.0)
+    summary = result["summary"]["all"]["orders"]
+    assert summary["document"]["later_gold"]["mean"] == 1.0 and "later_gold - document" not in summary["document"]
+    assert summary["dense"]["later_gold - document"]["mean"] == pytest.approx(summary["dense"]["later_gold"]["mean"] - 1)
+    text = format_report(result, "hotpot")
+    assert "| guided |" in text and "paired difference" in text
+
+
+def test_bootstrap_interval():
+    assert bootstrap([0.5] * 40) == {"mean": 0.5, "lo": 0.5, "hi": 0.5, "n": 40}
+    values = np.random.default_rng(0).random(2000) < 0.3
+    ci = bootstrap(values)
+    half = 1.96 * np.sqrt(values.mean() * (1 - values.mean()) / values.size)  # normal approximation
+    assert ci["lo"] < ci["mean"] < ci["hi"]
+    assert (ci["hi"] - ci["lo"]) / 2 == pytest.approx(half, rel=0.15)
+    assert bootstrap([])["n"] == 0
