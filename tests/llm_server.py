@@ -8,6 +8,10 @@ The requested ``model`` picks the behaviour:
 - ``body-not-json``: HTTP 200 with a body that is not JSON.
 - ``429-once``: 429 (Retry-After: 0) on the first request, then as ``memory``.
 - ``500``: always HTTP 500. ``400``: always HTTP 400. ``slow``: answers after 2 s.
+- ``first-read``: a reader whose memory can hold one chunk: a worker with an empty memory writes
+  the first line of its text part as the conclusion and keeps it from then on; the manager answers
+  the conclusion. Its answer is the first chunk it read, so the order decides it. Each reply takes
+  20 ms, so concurrent requests overlap (``max_in_flight`` counts them).
 """
 
 from __future__ import annotations
@@ -17,6 +21,16 @@ import re
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+def _first_read_reply(messages):
+    user = messages[1]["content"]
+    if messages[0]["content"].startswith("You are the manager"):
+        return json.loads(user.split("Memory: ", 1)[1])["conclusion"]
+    previous = json.loads(re.search(r"Memory so far: (\{.*?\})\n\nText part:", user, re.S).group(1))
+    if not previous["conclusion"]:
+        previous["conclusion"] = user.split("Text part:\n", 1)[1].split("\n")[1]  # below the [chunk N] label
+    return json.dumps(previous)
 
 
 def _memory_reply(messages):
@@ -34,6 +48,7 @@ def _memory_reply(messages):
 class LLMServer:
     def __init__(self):
         self.requests = []
+        self.in_flight = self.max_in_flight = 0
         self._lock = threading.Lock()
         server = self
 
@@ -70,12 +85,21 @@ class LLMServer:
                     return self._send(200, "this is not json")
                 if model == "slow":
                     time.sleep(2)
+                if model == "first-read":
+                    with server._lock:
+                        server.in_flight += 1
+                        server.max_in_flight = max(server.max_in_flight, server.in_flight)
+                    time.sleep(0.02)
+                    with server._lock:
+                        server.in_flight -= 1
                 manager = messages[0]["content"].startswith("You are the manager")
                 asked_again = messages[-1]["content"].startswith("Your previous reply")
                 if model == "malformed" and not manager:
                     text = "Sure! Here is the memory you asked for."
                 elif model == "malformed-once" and not manager and not asked_again:
                     text = "{not json"
+                elif model == "first-read":
+                    text = _first_read_reply(messages)
                 else:
                     text = _memory_reply(messages[:2])
                 reply = {"id": f"r{count}", "object": "chat.completion", "model": model,

@@ -124,6 +124,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget", type=float, default=0.1,
                    help="memory as a fraction of each passage (default %(default)s)")
     p.add_argument("--limit", type=int, default=None, help="only the first N questions")
+    llm = p.add_argument_group("LLM reader (instead of the extractive readers)")
+    llm.add_argument("--llm-base-url", default=None,
+                     help="OpenAI-compatible base URL: read with the Chain-of-Agents LLM reader and score "
+                          "exact match / F1 (or CHUNKTREE_LLM_BASE_URL)")
+    llm.add_argument("--model", dest="llm_model", default=None, help="LLM model name (or CHUNKTREE_LLM_MODEL)")
+    llm.add_argument("--concurrency", type=int, default=4, help="reads running at once (default %(default)s)")
+    llm.add_argument("--memory-tokens", type=int, default=256, help="memory budget (default %(default)s)")
+    llm.add_argument("--window-tokens", type=int, default=4096, help="LLM context window (default %(default)s)")
+    llm.add_argument("--llm-cache", type=Path, default=None,
+                     help="SQLite cache of LLM calls (default: llm.sqlite in the user cache dir)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random order (default %(default)s)")
     p.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
     cache = p.add_mutually_exclusive_group()
@@ -356,12 +366,21 @@ def cmd_eval_order(args: argparse.Namespace) -> int:
             kept.append(Passage(passage.paragraphs, passage.questions[:left]))
             left -= len(kept[-1].questions)
         passages = kept
-    result = evaluate_orders(passages, default_embedder(), _open_cache(args), budget=args.budget, seed=args.seed,
-                             progress=_progress())
-    print(format_report(result, fmt))
+    if args.llm_base_url or args.llm_model:
+        from chunktree.engine.evaluate.llm_eval import CachedChat, evaluate_llm, format_llm_report
+        from chunktree.engine.read import ChatClient
+
+        llm = CachedChat(ChatClient(args.llm_base_url, args.llm_model), args.llm_cache)
+        result = evaluate_llm(passages, default_embedder(), llm, _open_cache(args), memory_tokens=args.memory_tokens,
+                              window_tokens=args.window_tokens, concurrency=args.concurrency, progress=_progress())
+        print(format_llm_report(result))
+    else:
+        result = evaluate_orders(passages, default_embedder(), _open_cache(args), budget=args.budget,
+                                 seed=args.seed, progress=_progress())
+        print(format_report(result, fmt))
     if args.json:
-        args.json.write_text(json.dumps({k: v for k, v in result.items() if k != "records"}, indent=1),
-                             encoding="utf-8")
+        args.json.write_text(json.dumps({k: v for k, v in result.items() if k != "records"}, indent=1,
+                                        ensure_ascii=False), encoding="utf-8")
         print(f"\nwrote {args.json}")
     return 0
 

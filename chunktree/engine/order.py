@@ -13,7 +13,8 @@
    - ``"guided"``: best-first — each step reads, among the children of what was read, the one
      with the highest ``blend * edge weight + (1 - blend) * query similarity``;
    - ``"dense_tree"``: dense order, each chunk followed at once by its tree neighbours not read
-     yet (by descending edge weight), so what a relevant chunk depends on comes right after it.
+     yet (by descending edge weight), so what a relevant chunk depends on comes right after it;
+     without a query, chunks are ranked by centrality (similarity to the mean) instead.
 Baselines: ``"document"`` (input order) and ``"dense"`` (descending query similarity).
 """
 
@@ -48,9 +49,9 @@ from chunktree.kernels.traversal import (
 log = logging.getLogger(__name__)
 
 STRATEGIES = ("bfs", "dfs", "guided", "dense_tree", "document", "dense")
-NEEDS_QUERY = ("dense", "dense_tree")
+NEEDS_QUERY = ("dense",)
 # The default, chosen by measurement on the shared data (README, "Does the order help?").
-DEFAULT_STRATEGY = "bfs"
+DEFAULT_STRATEGY = "dense_tree"
 DEFAULT_BLEND = 0.5
 METHODS = ("auto", "exact", "sparse")
 # "auto" takes the exact path up to this many chunks. The exact path holds one n x n float32
@@ -144,8 +145,8 @@ def order(
     chunks_or_embeddings : ``Chunk`` objects or strings (embedded with ``embedder``, default the
         default model, through ``cache``), or a float array (n, d) of embeddings.
     query : a string (embedded like the chunks) or a vector (d,); optional.
-    strategy : ``"bfs"`` (CL-ORDER), ``"dfs"``, ``"guided"``, ``"dense_tree"`` (needs a query),
-        or the baselines ``"document"`` and ``"dense"`` (needs a query).
+    strategy : ``"bfs"`` (CL-ORDER), ``"dfs"``, ``"guided"``, ``"dense_tree"``, or the baselines
+        ``"document"`` and ``"dense"`` (needs a query).
     root : a chunk index to start from; default: most similar to the query, else most central.
     method : ``"exact"`` (dense Prim's), ``"sparse"`` (top-K graph, forest, joined) or ``"auto"``
         (exact up to ``EXACT_MAX_N`` chunks, sparse beyond).
@@ -187,8 +188,9 @@ def order(
         return OrderResult(seq, int(seq[0]), None, None, qsim, float("nan"), strategy, "none", params,
                            timings, **done)
 
+    relevance = qsim if qsim is not None else x @ x.mean(axis=0)  # to the query, else centrality
     if root is None:
-        root = int(np.argmax(qsim)) if qsim is not None else int(np.argmax(x @ x.mean(axis=0)))
+        root = int(np.argmax(relevance))
     if method == "auto":
         method = "exact" if n <= EXACT_MAX_N else "sparse"
     t1 = time.perf_counter()
@@ -208,7 +210,7 @@ def order(
         seq = best_first_order(indptr, children, np.int64(root), priority.astype(np.float64))
     elif strategy == "dense_tree":
         ids = np.arange(n)
-        ranking = np.lexsort((ids, -qsim, ids != root)).astype(np.int64)  # the root first, then dense
+        ranking = np.lexsort((ids, -relevance, ids != root)).astype(np.int64)  # the root first, then dense
         seq = pull_neighbours_order(indptr, children, parent, weight, ranking)
     else:
         seq = (bfs_order if strategy == "bfs" else dfs_order)(indptr, children, np.int64(root))

@@ -265,3 +265,22 @@ def test_read_needs_a_reader(tmp_path, cli, corpus, monkeypatch):
         monkeypatch.delenv(name, raising=False)
     r = cli("read", str(corpus), "-q", "q")
     assert r.returncode == 2 and "give --extractive (no LLM) or --llm-base-url" in r.stderr
+
+
+def test_eval_order_with_an_llm_reader(tmp_path, cli):
+    from llm_server import LLMServer
+
+    line = {"question": "Who wrote Moby-Dick?", "answers": ["Herman Melville wrote Moby-Dick"],
+            "paragraphs": [{"title": "Ships", "text": "The ship left at dawn.", "supporting": False},
+                           {"title": "Author", "text": "Herman Melville wrote Moby-Dick.", "supporting": True}]}
+    data = tmp_path / "h.jsonl"
+    data.write_text(json.dumps(line) + "\n")
+    out = tmp_path / "llm.json"
+    with LLMServer() as server:
+        r = cli("eval-order", data, "--llm-base-url", server.base_url, "--model", "first-read", "--json", out,
+                "--llm-cache", tmp_path / "llm.sqlite", "--cache", tmp_path / "c.sqlite")
+    assert r.returncode == 0, r.stderr
+    assert "LLM reader first-read" in r.stdout and "| dense | 100.0" in r.stdout
+    report = json.loads(out.read_text())
+    assert report["summary"]["all"]["orders"]["dense"]["em"]["mean"] == 1.0
+    assert report["tokens"]["calls"] == len(report["orders"]) * 2  # one worker call and the manager per read

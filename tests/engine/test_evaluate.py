@@ -110,3 +110,45 @@ def test_bootstrap_interval():
     assert ci["lo"] < ci["mean"] < ci["hi"]
     assert (ci["hi"] - ci["lo"]) / 2 == pytest.approx(half, rel=0.15)
     assert bootstrap([])["n"] == 0
+
+
+def test_scores_follow_the_squad_script():
+    from chunktree.engine.evaluate.llm_eval import exact_match, normalize_answer, token_f1
+
+    assert normalize_answer("The  Pequod!") == "pequod"
+    assert exact_match("the Pequod.", ("Pequod",)) == 1.0 and exact_match("a ship", ("Pequod",)) == 0.0
+    assert token_f1("Captain Ahab of Nantucket", ("Ahab",)) == pytest.approx(0.4)  # P = 1/4, R = 1
+    assert token_f1("", ("",)) == 1.0 and token_f1("x", ("y", "x")) == 1.0
+
+
+def test_llm_evaluation_sees_the_order_and_caches_every_call(tmp_path, embedder):
+    from llm_server import LLMServer
+
+    from chunktree.engine.evaluate.llm_eval import CachedChat, evaluate_llm
+    from chunktree.engine.read import ChatClient
+
+    paragraphs = [("Ships", "The ship left the harbour at dawn."), ("Lamps", "Oil lamps burned all night."),
+                  ("Author", "Herman Melville wrote Moby-Dick.")]
+    path = tmp_path / "h.jsonl"
+    path.write_text("\n".join(hotpot_line(q, [a], paragraphs, {2}) for q, a in [
+        ("Who wrote Moby-Dick?", "Herman Melville wrote Moby-Dick"),
+        ("Who wrote the novel Moby-Dick?", "Herman Melville wrote Moby-Dick")]))
+    _, passages = load(path)
+    with LLMServer() as server:
+        def run():
+            llm = CachedChat(ChatClient(server.base_url, "first-read", backoff=0), tmp_path / "llm.sqlite")
+            return evaluate_llm(passages, embedder, llm, orders=("document", "dense"), concurrency=2)
+
+        first = run()
+        calls = len(server.requests)
+        again = run()
+        assert len(server.requests) == calls  # the rerun came from the cache
+        assert server.max_in_flight <= 2
+    # The fake reader answers with the first chunk it read: dense reads the gold paragraph first.
+    orders = first["summary"]["all"]["orders"]
+    assert orders["dense"]["em"]["mean"] == 1.0 and orders["document"]["em"]["mean"] == 0.0
+    assert orders["dense"]["em - document"]["mean"] == 1.0
+    assert first["tokens"]["calls"] == calls and first["tokens"]["cached"] == 0
+    assert first["tokens"]["prompt_tokens"] == 10 * calls  # as the server reports them
+    assert again["tokens"]["cached"] == again["tokens"]["calls"] == calls
+    assert again["summary"] == first["summary"]

@@ -17,7 +17,7 @@ def clustered(n, d=32, topics=5, seed=0):
 def test_bfs_result_contract():
     x = clustered(200)
     q = x[17] + 0.1 * x[3]
-    r = order(x, q)
+    r = order(x, q, strategy="bfs")
     assert sorted(r.order.tolist()) == list(range(200)) and r.order.dtype == np.int64
     qsim = x @ (q / np.linalg.norm(q))
     assert r.root == r.order[0] == int(np.argmax(qsim))
@@ -145,6 +145,8 @@ def test_dense_tree_pulls_each_chunks_neighbours_in_after_it():
             placed.add(u)
             want.append(u)
     assert r.order.tolist() == want
+    central = order(x, strategy="dense_tree")  # without a query: ranked by centrality
+    assert central.root == central.order[0] == order(x).root
 
 
 @pytest.mark.parametrize("n", [1, 2])
@@ -182,7 +184,6 @@ def test_texts_are_embedded(embedder):
     ({"query": np.ones(3)}, ValueError, r"vector of 2 dims; got shape \(3,\)"),
     ({"query": np.zeros(2)}, ValueError, "query has zero-norm"),
     ({"strategy": "random"}, ValueError, r"strategy must be one of \['bfs', 'dfs', 'guided', 'dense_tree', 'document', 'dense'\]; got 'random'"),
-    ({"strategy": "dense_tree"}, ValueError, "'dense_tree' orders by query similarity and needs a query"),
     ({"strategy": "guided", "blend": 1.5}, ValueError, r"blend must be a number in \[0.0, 1.0\]; got 1.5"),
     ({"method": "fast"}, ValueError, "method must be one of .*got 'fast'"),
     ({"root": 3}, ValueError, r"root \(a chunk index\) must be in \[0, 2\]; got 3"),
@@ -212,6 +213,8 @@ def test_bad_arguments_fail_before_embedding():
 
 
 def tree_is_spanning(r, n):
+    """One tree over all n chunks, read root first and every chunk after its parent (bfs)."""
+    assert r.strategy == "bfs"
     assert sorted(r.order.tolist()) == list(range(n))
     assert r.parent[r.root] == -1 and (np.delete(r.parent, r.root) >= 0).all()
     pos = np.argsort(r.order)
@@ -222,7 +225,7 @@ def test_sparse_joins_a_disconnected_topk_graph():
     rng = np.random.default_rng(0)
     far = 20 * rng.standard_normal((30, 16))  # 30 well-separated topics
     x = far[rng.integers(0, 30, 900)] + rng.standard_normal((900, 16))
-    r = order(x, method="sparse", k=3)
+    r = order(x, method="sparse", k=3, strategy="bfs")
     assert r.method == "sparse" and r.params["forest_components"] > 1
     assert r.params["joining_edges"] == r.params["forest_components"] - 1
     tree_is_spanning(r, 900)
@@ -240,13 +243,13 @@ def test_sparse_handles_k_at_least_n():
 def test_sparse_permuting_the_input_permutes_the_tree_weight():
     x = clustered(400, seed=9)
     perm = np.random.default_rng(1).permutation(400)
-    base, moved = order(x, method="sparse"), order(x[perm], method="sparse")
+    base, moved = order(x, method="sparse"), order(x[perm], method="sparse", strategy="bfs")
     tree_is_spanning(moved, 400)
     assert moved.tree_weight == pytest.approx(base.tree_weight, rel=1e-3)
 
 
 def sparse_ratio(x):
-    exact, sparse = order(x, method="exact"), order(x, method="sparse")
+    exact, sparse = order(x, method="exact"), order(x, method="sparse", strategy="bfs")
     tree_is_spanning(sparse, len(x))
     return sparse.tree_weight / exact.tree_weight
 

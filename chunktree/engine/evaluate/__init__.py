@@ -5,7 +5,9 @@
 - ``runner``: every order and each extractive reader over every question, the metrics, and their
   summary with bootstrap intervals and paired differences;
 - ``stats``: the bootstrap;
-- ``report``: the summary as Markdown tables.
+- ``report``: the summary as Markdown tables;
+- ``llm_eval``: the real Chain-of-Agents reader over an LLM per question and order, scored by
+  exact match and F1, with a persistent cache of LLM calls.
 """
 
 from chunktree.engine.evaluate.data import Passage, Question, load
