@@ -4,7 +4,7 @@ Per question and order (positions are 0-based; a passage has n paragraphs):
 
 - ``later_gold``: where the last gold paragraph comes, as a fraction (0 first, 1 last) — how far
   a bounded reader must read to have met all it needs;
-- two-gold questions only: ``gap`` (positions between the two gold paragraphs), ``adjacent``
+- two-gold questions: ``gap`` (positions between the two gold paragraphs), ``adjacent``
   (gap 1) and ``first3`` (both among the first three);
 - ``entity_distance`` (SQuAD): mean normalised distance between the paragraphs that contain the
   answer text, for questions where several do.
@@ -17,8 +17,8 @@ a memory of ``budget`` x the passage's tokens):
 - ``answer_held``: the answer is in memory — its span inside a kept sentence (SQuAD), or its text
   inside the kept text (HotpotQA; yes/no answers are not counted).
 
-Per question: ``tree_edge``, whether the two gold paragraphs are joined by an edge of the
-Chow-Liu tree. Means come with 95% bootstrap intervals over questions, and every order with its
+Per two-gold question: ``tree_edge``, whether the gold paragraphs are joined by an edge of the
+Chow-Liu tree (when a tree order is among the orders). Means come with 95% bootstrap intervals over questions, and every order with its
 paired difference from ``document`` and from ``dense`` (same questions, same resamples).
 """
 
@@ -51,8 +51,8 @@ def _positions(seq: np.ndarray, q: Question, paragraphs: list[str]) -> dict[str,
     pos[seq] = np.arange(n)
     gold = pos[list(q.gold)]
     m: dict[str, float] = {"later_gold": float(gold.max()) / max(n - 1, 1)}
-    if len(q.gold) >= 2:
-        gap = int(gold.max() - gold.min()) if len(q.gold) == 2 else int(np.diff(np.sort(gold)).max())
+    if len(q.gold) == 2:
+        gap = int(gold.max() - gold.min())
         m.update(gap=float(gap), adjacent=float(gap == 1), first3=float(gold.max() < 3))
     if q.spans:
         texts = {a.strip().lower() for a in q.answers if a.strip()}
@@ -125,7 +125,7 @@ def evaluate_orders(
                 else:
                     result = order(para_vecs, qv, strategy=name, blend=blend)
                     seq = result.order
-                    if name == "bfs" and len(q.gold) == 2:
+                    if result.parent is not None and len(q.gold) == 2 and "tree_edge" not in record:
                         a, b = q.gold
                         record["tree_edge"] = float(result.parent[a] == b or result.parent[b] == a)
                 m = {"positions": _positions(seq, q, paragraphs)}

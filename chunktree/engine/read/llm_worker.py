@@ -116,4 +116,5 @@ class LLMWorker:
         question = f"Question: {self.query}\n\n" if self.query is not None else ""
         messages = [{"role": "system", "content": self.manager},
                     {"role": "user", "content": f"{question}Memory: {json.dumps(memory, ensure_ascii=False)}"}]
-        return self.llm.complete(messages).text
+        # Bounded like the workers' replies: a model that never stops would otherwise fill its context.
+        return self.llm.complete(messages, max_tokens=self.memory_tokens).text

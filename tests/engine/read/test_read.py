@@ -44,6 +44,7 @@ def test_window_is_never_exceeded(server, embedder):
         assert prompt + memory <= window
     for step in r.steps:
         assert step.memory_tokens <= memory  # the growing memory was cut to its budget
+    assert server.requests[-1]["body"]["max_tokens"] == memory  # the manager's answer is bounded too
 
 
 def test_long_chunk_is_split_to_fit(server, embedder):
