@@ -127,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
     llm = p.add_argument_group("LLM reader (instead of the extractive readers)")
     llm.add_argument("--llm-base-url", default=None,
                      help="OpenAI-compatible base URL: read with the Chain-of-Agents LLM reader and score "
-                          "exact match / F1 (or CHUNKTREE_LLM_BASE_URL)")
+                          "exact match / F1 (given explicitly: the environment alone does not switch readers)")
     llm.add_argument("--model", dest="llm_model", default=None, help="LLM model name (or CHUNKTREE_LLM_MODEL)")
     llm.add_argument("--concurrency", type=int, default=4, help="reads running at once (default %(default)s)")
     llm.add_argument("--memory-tokens", type=int, default=256, help="memory budget (default %(default)s)")
