@@ -135,8 +135,7 @@ class ExtractiveWorker:
             scores += self.memory_weight * np.where(np.isfinite(context), context, 0.0)
         offered = [(float(v), int(s.tokens[j]), int(j)) for v, j in zip(scores.tolist(), pool.tolist())]
         self.kept = keep_best(offered, self.memory_tokens)
-        offered = offered[kept.size:]
-        return offered
+        return offered[kept.size:]
 
     def step(self, index: int, group: list[tuple[int, str]], memory: dict[str, Any]) -> tuple[Step, dict[str, Any]]:
         """A ``read`` step over the chunks of ``group`` (the previous ``memory`` is this worker's own)."""
