@@ -1,14 +1,25 @@
 """A persistent embedding cache in SQLite, keyed by (model id, SHA-256 of the text).
 
 SQLite in WAL mode lets several processes read and write the same file: writers take turns under
-SQLite's own locking (waiting up to ``timeout`` seconds), and ``INSERT OR IGNORE`` makes a row
-written twice by two processes harmless, since the same key always maps to the same vector.
+SQLite's own locking (waiting up to ``timeout`` seconds), and a row written twice by two processes
+is harmless, since the same key always maps to the same vector.
+
+What is read is verified, not trusted:
+
+- every row carries a checksum of its key and vector bytes; a row whose bytes no longer match
+  (or, in a cache written before checksums, a vector that is not finite and of unit norm) is
+  reported in a warning, treated as a miss, re-embedded and overwritten;
+- a file SQLite cannot read (garbage bytes, a truncated file) is **quarantined**: renamed aside
+  to ``<name>.corrupt-<UTC time>``, with a warning naming both paths, and a new empty cache takes
+  its place. Nothing is lost that the cache could still vouch for, and the run goes on.
 """
 
 from __future__ import annotations
 
 import hashlib
+import logging
 import sqlite3
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,12 +28,15 @@ import numpy as np
 from chunktree.checks import InvalidValueError
 from chunktree.paths import cache_dir
 
+log = logging.getLogger(__name__)
+
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS embeddings (
     model TEXT NOT NULL,
     text_sha256 BLOB NOT NULL,
     dim INTEGER NOT NULL,
     vector BLOB NOT NULL,
+    checksum BLOB,
     PRIMARY KEY (model, text_sha256)
 ) WITHOUT ROWID
 """
@@ -32,6 +46,21 @@ _LOOKUP_BATCH = 500
 
 def text_key(text: str) -> bytes:
     return hashlib.sha256(text.encode("utf-8")).digest()
+
+
+def is_corrupt(exc: sqlite3.DatabaseError) -> bool:
+    """True when SQLite says the file is damaged or not a database; False for a busy, locked or
+    unwritable one, which must never be moved aside."""
+    name = getattr(exc, "sqlite_errorname", None)  # Python >= 3.11
+    if name is not None:
+        return name.startswith(("SQLITE_CORRUPT", "SQLITE_NOTADB"))
+    text = str(exc)
+    return not isinstance(exc, sqlite3.OperationalError) and ("malformed" in text or "not a database" in text)
+
+
+def row_checksum(model: str, key: bytes, vector: bytes) -> bytes:
+    """8 bytes that change when any byte of the row's model, key or vector changes."""
+    return hashlib.blake2b(model.encode("utf-8") + key + vector, digest_size=8).digest()
 
 
 class EmbeddingCache:
@@ -46,10 +75,41 @@ class EmbeddingCache:
     def __init__(self, path: str | Path | None = None, *, timeout: float = 60.0) -> None:
         self.path = Path(path) if path is not None else cache_dir() / "embeddings.sqlite"
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        self._db = sqlite3.connect(self.path, timeout=timeout, isolation_level=None)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute("PRAGMA synchronous=NORMAL")
-        self._db.execute(_SCHEMA)
+        self.timeout = timeout
+        try:
+            self._db = self._open()
+        except sqlite3.DatabaseError as exc:
+            self._quarantine(exc)  # re-raises what is not damage
+
+    def _open(self) -> sqlite3.Connection:
+        db = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
+        try:
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=NORMAL")
+            db.execute(_SCHEMA)
+            columns = {row[1] for row in db.execute("PRAGMA table_info(embeddings)")}
+            if "checksum" not in columns:  # a cache written before checksums
+                db.execute("ALTER TABLE embeddings ADD COLUMN checksum BLOB")
+        except sqlite3.DatabaseError:
+            db.close()
+            raise
+        return db
+
+    def _quarantine(self, exc: sqlite3.DatabaseError) -> None:
+        """Move a damaged cache file aside and start a new one; re-raise any other database error."""
+        if not is_corrupt(exc):
+            raise exc
+        if getattr(self, "_db", None) is not None:
+            self._db.close()
+        aside = self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
+        self.path.rename(aside)
+        for suffix in ("-wal", "-shm"):
+            side = self.path.with_name(self.path.name + suffix)
+            if side.exists():
+                side.rename(aside.with_name(aside.name + suffix))
+        log.warning("embedding cache %s cannot be read (%s); moved it to %s and started a new one",
+                    self.path, exc, aside)
+        self._db = self._open()
 
     def get(self, model: str, texts: Sequence[str], dim: int) -> tuple[np.ndarray, np.ndarray]:
         """Look ``texts`` up.
@@ -60,22 +120,41 @@ class EmbeddingCache:
         found : bool (len(texts),); True where the vector came from the cache.
         """
         keys = [text_key(t) for t in texts]
-        rows: dict[bytes, bytes] = {}
+        try:
+            rows = self._lookup(model, dim, keys)
+        except sqlite3.DatabaseError as exc:
+            self._quarantine(exc)
+            rows = {}
+        vectors = np.zeros((len(texts), dim), dtype=np.float32)
+        found = np.zeros(len(texts), dtype=bool)
+        bad = 0
+        for i, key in enumerate(keys):
+            row = rows.get(key)
+            if row is None:
+                continue
+            blob, checksum = row
+            v = np.frombuffer(blob, dtype=np.float32) if len(blob) == 4 * dim else None
+            if v is None or (row_checksum(model, key, blob) != checksum if checksum is not None
+                             else not (np.isfinite(v).all() and abs(float(v @ v) - 1.0) < 1e-3)):
+                bad += 1
+                continue
+            vectors[i] = v
+            found[i] = True
+        if bad:
+            log.warning("embedding cache %s: %d stored vector(s) failed their check; they are treated as "
+                        "misses and will be re-embedded", self.path, bad)
+        return vectors, found
+
+    def _lookup(self, model: str, dim: int, keys: list[bytes]) -> dict[bytes, tuple[bytes, bytes | None]]:
+        rows: dict[bytes, tuple[bytes, bytes | None]] = {}
         for i in range(0, len(keys), _LOOKUP_BATCH):
             part = keys[i:i + _LOOKUP_BATCH]
             marks = ",".join("?" * len(part))
-            rows.update(self._db.execute(
-                f"SELECT text_sha256, vector FROM embeddings WHERE model = ? AND dim = ? AND text_sha256 IN ({marks})",
-                (model, dim, *part),
-            ).fetchall())
-        vectors = np.zeros((len(texts), dim), dtype=np.float32)
-        found = np.zeros(len(texts), dtype=bool)
-        for i, key in enumerate(keys):
-            blob = rows.get(key)
-            if blob is not None:
-                vectors[i] = np.frombuffer(blob, dtype=np.float32)
-                found[i] = True
-        return vectors, found
+            for key, blob, checksum in self._db.execute(
+                    f"SELECT text_sha256, vector, checksum FROM embeddings WHERE model = ? AND dim = ? "
+                    f"AND text_sha256 IN ({marks})", (model, dim, *part)):
+                rows[key] = (blob, checksum)
+        return rows
 
     def put(self, model: str, texts: Sequence[str], vectors: np.ndarray) -> None:
         """Store ``vectors`` (float32, (len(texts), dim)) in one transaction."""
@@ -83,11 +162,22 @@ class EmbeddingCache:
         if vectors.ndim != 2 or len(vectors) != len(texts):
             raise InvalidValueError(f"vectors must have shape ({len(texts)}, dim); got {vectors.shape}")
         dim = vectors.shape[1]
-        rows = [(model, text_key(t), dim, v.tobytes()) for t, v in zip(texts, vectors)]
+        rows = []
+        for t, v in zip(texts, vectors):
+            key, blob = text_key(t), v.tobytes()
+            rows.append((model, key, dim, blob, row_checksum(model, key, blob)))
+        try:
+            self._insert(rows)
+        except sqlite3.DatabaseError as exc:
+            self._quarantine(exc)
+            self._insert(rows)
+
+    def _insert(self, rows: list[tuple[str, bytes, int, bytes, bytes]]) -> None:
+        # REPLACE: a row that failed its check on reading is overwritten by its re-embedded vector.
         with self._db:  # BEGIN ... COMMIT, or ROLLBACK on error
             self._db.execute("BEGIN IMMEDIATE")
-            self._db.executemany(
-                "INSERT OR IGNORE INTO embeddings (model, text_sha256, dim, vector) VALUES (?, ?, ?, ?)", rows)
+            self._db.executemany("INSERT OR REPLACE INTO embeddings (model, text_sha256, dim, vector, checksum) "
+                                 "VALUES (?, ?, ?, ?, ?)", rows)
 
     def __len__(self) -> int:
         return int(self._db.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0])

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from chunktree.checks import positive_int
 from chunktree.engine.cache import EmbeddingCache
 from chunktree.models.embedder import Embedder
 
@@ -28,20 +29,29 @@ class EmbedStats:
         return asdict(self)
 
 
+# Texts embedded between two cache commits: an interrupted run loses at most this many.
+COMMIT_EVERY = 256
+
+
 def embed_texts(
     texts: Sequence[str],
     embedder: Embedder,
     cache: EmbeddingCache | None = None,
     *,
     progress: bool = False,
+    commit_every: int = COMMIT_EVERY,
 ) -> tuple[np.ndarray, EmbedStats]:
     """Embed ``texts`` with ``embedder``, reusing and filling ``cache`` when given.
+
+    New vectors are committed to the cache every ``commit_every`` texts, so a run that is
+    killed resumes where it stopped. ``progress`` shows a bar counting texts.
 
     Returns
     -------
     vectors : float32 (len(texts), embedder.dim), unit rows.
     stats : counts and time.
     """
+    positive_int(commit_every, "commit_every")
     t0 = time.perf_counter()
     texts = list(texts)
     if cache is None:
@@ -53,11 +63,23 @@ def embed_texts(
     unique: dict[str, list[int]] = {}
     for i in missing:
         unique.setdefault(texts[i], []).append(i)
-    if unique:
-        new = embedder.embed(list(unique), progress=progress)
-        for row, rows in enumerate(unique.values()):
+    # Similar lengths together, so every committed slice pads little (the embedder sorts by tokens within it).
+    todo = sorted(unique.items(), key=lambda item: len(item[0]))
+    bar = None
+    if progress and todo:
+        from tqdm.auto import tqdm
+
+        bar = tqdm(total=len(todo), desc="embed", unit="text", delay=1.0)
+    for start in range(0, len(todo), commit_every):
+        part = todo[start:start + commit_every]
+        new = embedder.embed([text for text, _ in part])
+        for row, (_, rows) in enumerate(part):
             vectors[rows] = new[row]
         if cache is not None:
-            cache.put(embedder.model_id, list(unique), new)
+            cache.put(embedder.model_id, [text for text, _ in part], new)
+        if bar is not None:
+            bar.update(len(part))
+    if bar is not None:
+        bar.close()
     stats = EmbedStats(embedder.model_id, len(texts), int(found.sum()), len(unique), time.perf_counter() - t0)
     return vectors, stats

@@ -86,3 +86,110 @@ def test_second_run_embeds_nothing_new(tmp_path, embedder):
     uncached, s3 = embed_texts(texts, embedder)
     assert s3.cache_hits == 0
     np.testing.assert_allclose(uncached, first, atol=1e-6)
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+def test_a_damaged_file_is_moved_aside_and_replaced(tmp_path, caplog, damage):
+    path = tmp_path / "c.sqlite"
+    texts = [f"text {i}" for i in range(2000)]
+    with EmbeddingCache(path) as cache:
+        cache.put("m", texts, np.stack([vector_of(t) for t in texts]))
+    data = path.read_bytes()
+    path.write_bytes(b"this is not sqlite " * 200 if damage == "garbage" else data[: len(data) // 3])
+    with EmbeddingCache(path) as cache:  # no traceback: the run goes on with a new cache
+        vectors, found = cache.get("m", texts, 8)
+        assert not found.all()
+        cache.put("m", ["new"], vector_of("new")[None])
+        assert cache.get("m", ["new"], 8)[1].all()
+    aside = list(tmp_path.glob("c.sqlite.corrupt-*"))
+    assert len(aside) == 1 and aside[0].stat().st_size > 0
+    assert "cannot be read" in caplog.text and str(aside[0]) in caplog.text
+
+
+def test_a_locked_cache_is_not_mistaken_for_damage(tmp_path):
+    path = tmp_path / "c.sqlite"
+    EmbeddingCache(path).close()
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")  # another process holds the write lock
+    try:
+        with EmbeddingCache(path, timeout=0.1) as cache, pytest.raises(sqlite3.OperationalError, match="locked"):
+            cache.put("m", ["a"], vector_of("a")[None])
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert not list(tmp_path.glob("*.corrupt-*"))
+
+
+def test_corrupted_vector_bytes_are_caught_and_re_embedded(tmp_path, caplog, embedder):
+    path = tmp_path / "c.sqlite"
+    texts = ["whales", "ships", "harpoons"]
+    with EmbeddingCache(path) as cache:
+        want, _ = embed_texts(texts, embedder, cache)
+    db = sqlite3.connect(path)
+    key = hashlib.sha256(b"ships").digest()
+    (blob,) = db.execute("SELECT vector FROM embeddings WHERE text_sha256 = ?", (key,)).fetchone()
+    flipped = (-np.frombuffer(blob, np.float32)).tobytes()  # still finite, still unit norm
+    db.execute("UPDATE embeddings SET vector = ? WHERE text_sha256 = ?", (flipped, key))
+    db.commit()
+    db.close()
+    with EmbeddingCache(path) as cache:
+        got, stats = embed_texts(texts, embedder, cache)
+        assert (stats.cache_hits, stats.embedded) == (2, 1)
+        np.testing.assert_allclose(got, want, atol=1e-6)
+        assert embed_texts(texts, embedder, cache)[1].cache_hits == 3  # the bad row was overwritten
+    assert "1 stored vector(s) failed their check" in caplog.text
+
+
+def test_rows_of_a_cache_without_checksums_are_checked_for_finite_unit_vectors(tmp_path):
+    path = tmp_path / "old.sqlite"
+    db = sqlite3.connect(path)  # the schema before checksums
+    db.execute("CREATE TABLE embeddings (model TEXT NOT NULL, text_sha256 BLOB NOT NULL, dim INTEGER NOT NULL, "
+               "vector BLOB NOT NULL, PRIMARY KEY (model, text_sha256)) WITHOUT ROWID")
+    unit = np.eye(4, dtype=np.float32)[0]
+    for text, v in [("good", unit), ("nan", np.full(4, np.nan, np.float32)), ("long", 2 * unit)]:
+        db.execute("INSERT INTO embeddings VALUES ('m', ?, 4, ?)", (hashlib.sha256(text.encode()).digest(), v.tobytes()))
+    db.commit()
+    db.close()
+    with EmbeddingCache(path) as cache:
+        _, found = cache.get("m", ["good", "nan", "long"], 4)
+    assert found.tolist() == [True, False, False]
+
+
+_KILLED_RUN = """
+import sys
+from chunktree import Embedder, EmbeddingCache, embed_texts
+texts = [f"sentence number {i} about whales and ships" for i in range(int(sys.argv[2]))]
+embed_texts(texts, Embedder(batch_size=8), EmbeddingCache(sys.argv[1]), commit_every=16)
+"""
+
+
+def test_a_killed_run_keeps_what_it_committed_and_resumes(tmp_path, embedder):
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    path, n = tmp_path / "c.sqlite", 4000
+    proc = subprocess.Popen([sys.executable, "-c", _KILLED_RUN, str(path), str(n)])
+    try:
+        deadline = time.monotonic() + 120
+        committed = 0
+        while committed < 32 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+            if path.exists():
+                try:
+                    with sqlite3.connect(path, timeout=1) as db:
+                        committed = db.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0]
+                except sqlite3.OperationalError:
+                    pass
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL  # killed mid-run, not finished
+    texts = [f"sentence number {i} about whales and ships" for i in range(n)]
+    with EmbeddingCache(path) as cache:
+        kept = len(cache)
+        assert 32 <= kept < n and kept % 16 == 0  # whole committed slices, nothing half-written
+        _, found = cache.get(embedder.model_id, texts, embedder.dim)
+        assert found.sum() == kept
