@@ -238,14 +238,24 @@ def _corpus_line(chunks: list[Any]) -> str:
     return f"{len(chunks)} chunks from {len({c.source for c in chunks})} source(s)"
 
 
+def _check_output_folder(out: Path) -> None:
+    """Create ``out``'s folder and check it is writable, or say why not."""
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InvalidValueError(f"-o {out}: cannot create the folder {out.parent} ({exc.strerror or exc})") from None
+    if not os.access(out.parent, os.W_OK):
+        raise InvalidValueError(f"-o {out}: the folder {out.parent} is not writable")
+
+
 def cmd_embed(args: argparse.Namespace) -> int:
     from chunktree.engine.embedding import embed_texts
 
+    out = args.output if args.output.suffix == ".npy" else args.output.with_suffix(args.output.suffix + ".npy")
+    _check_output_folder(out)  # before any work, not after minutes of embedding
     embedder, chunks, chunk_s = _load_chunks(args)
     cache = _open_cache(args)
     vectors, stats = embed_texts([c.text for c in chunks], embedder, cache, progress=_progress())
-    out = args.output if args.output.suffix == ".npy" else args.output.with_suffix(args.output.suffix + ".npy")
-    out.parent.mkdir(parents=True, exist_ok=True)
     np.save(out, vectors)
     meta = out.with_suffix(".jsonl")
     with meta.open("w", encoding="utf-8") as f:

@@ -8,6 +8,7 @@ binary, undecodable or unreadable file, a bad JSONL line — raises ``DocumentEr
 
 from __future__ import annotations
 
+import codecs
 import gzip
 import json
 import logging
@@ -107,7 +108,19 @@ def read_file(path: str | Path) -> list[Document]:
     return [_text_document(str(path), text, kind)]
 
 
+# Byte-order marks of the encodings read besides UTF-8; UTF-32 first (its LE mark starts like UTF-16's).
+_BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
+         (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
+
+
 def _decode(path: Path, data: bytes) -> str:
+    for bom, encoding in _BOMS:
+        if data.startswith(bom):
+            try:
+                return data.decode(encoding)  # the codec reads and drops the mark
+            except UnicodeDecodeError as exc:
+                raise DocumentError(f"{path}: starts with a {encoding.upper()} byte-order mark but is not valid "
+                                    f"{encoding.upper()} (offset {exc.start}); convert it to UTF-8 first") from None
     if b"\x00" in data:
         raise DocumentError(f"{path}: looks binary (contains NUL bytes); expected UTF-8 text")
     try:
@@ -164,7 +177,8 @@ def _read_jsonl(source: str, lines: list[str]) -> list[Document]:
         text = record.pop("text", None)
         if not isinstance(text, str):
             raise DocumentError(f"{where}: field 'text' must be a string; got {type(text).__name__}")
-        doc_id = str(record.pop("id", lineno))
+        # A generated id says where it came from, so it cannot be taken for an explicit "id": 3.
+        doc_id = str(record.pop("id", f"line-{lineno}"))
         if doc_id in seen:
             raise DocumentError(f"{where}: duplicate id {doc_id!r}")
         seen.add(doc_id)

@@ -77,6 +77,17 @@ def test_errors_are_one_clear_line(tmp_path, cli, args, message):
     assert message in r.stderr and "Traceback" not in r.stderr
 
 
+def test_an_output_folder_that_cannot_be_made_fails_before_any_work(tmp_path, cli, monkeypatch):
+    (tmp_path / "a-file").write_text("not a folder")
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("chunked or embedded before checking the output path")
+
+    monkeypatch.setattr("chunktree.apps.cli._load_chunks", no_work)
+    r = cli("embed", "--sample", "-o", tmp_path / "a-file" / "out.npy")
+    assert r.returncode == 2 and "cannot create the folder" in r.stderr and "a-file" in r.stderr
+
+
 def test_error_lines_from_a_real_process(tmp_path):
     r = run("order", "missing.txt", cwd=tmp_path)
     assert r.returncode == 2 and "missing.txt: no such file or folder" in r.stderr and "Traceback" not in r.stderr

@@ -19,6 +19,23 @@ def test_text_and_markdown(tmp_path):
     assert b.headings == ((md.index("# Whales"), "Whales"), (md.index("## Ships"), "Ships"))
 
 
+def test_generated_jsonl_ids_cannot_collide_with_explicit_ones(tmp_path):
+    path = tmp_path / "ids.jsonl"
+    path.write_text('{"text": "no id here"}\n{"id": 1, "text": "explicit one"}\n', encoding="utf-8")
+    first, second = read_paths([path])
+    assert first.source.endswith("ids.jsonl#line-1") and second.source.endswith("ids.jsonl#1")
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-16-be", "utf-32"])
+def test_utf16_and_utf32_with_a_byte_order_mark_are_read(tmp_path, encoding):
+    text = "Call me Ishmael. Café, naïve — 鯨."
+    path = tmp_path / "t.txt"
+    bom = {"utf-16-be": b"\xfe\xff"}.get(encoding, b"")
+    path.write_bytes(bom + text.encode(encoding))  # "utf-16"/"utf-32" write their own mark
+    (doc,) = read_paths([path])
+    assert doc.text == text
+
+
 def test_utf8_bom_is_dropped(tmp_path):
     (tmp_path / "bom.txt").write_bytes("\ufeffhello".encode("utf-8"))
     assert read_file(tmp_path / "bom.txt")[0].text == "hello"
@@ -41,7 +58,7 @@ def test_jsonl_records(tmp_path):
     a, b = read_file(tmp_path / "d.jsonl")
     assert a.source.endswith("d.jsonl#x1") and a.text == "first doc" and a.meta == {"lang": "en", "title": "One"}
     assert a.headings == ((0, "One"),)
-    assert b.source.endswith("d.jsonl#2") and b.meta == {}
+    assert b.source.endswith("d.jsonl#line-2") and b.meta == {}
 
 
 def test_pdf_pages(tmp_path):
