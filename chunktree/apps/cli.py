@@ -287,7 +287,8 @@ def cmd_order(args: argparse.Namespace) -> int:
     print(f"first {len(doc['chunks'])} of {len(chunks)} in reading order:")
     for row in doc["chunks"]:
         where = f"{row['source']} [{row['start']}:{row['end']}]"
-        link = "root" if row["parent"] is None else f"after #{row['parent']} (sim {row['parent_similarity']:.3f})"
+        # "tree parent", not "after": under dense_tree a chunk can come before its parent in the tree.
+        link = "root" if row["parent"] is None else f"tree parent #{row['parent']} (sim {row['parent_similarity']:.3f})"
         qs = "" if row["query_similarity"] is None else f", query sim {row['query_similarity']:.3f}"
         print(f"{row['position'] + 1:>4}. #{row['id']} {where} {link}{qs}\n      {_snippet(row['text'])}")
     return 0

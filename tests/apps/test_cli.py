@@ -137,6 +137,7 @@ def test_order_text_summary(tmp_path, cli, corpus):
     assert r.returncode == 0, r.stderr
     assert "strategy dfs, method exact" in r.stdout and "first 3 of" in r.stdout
     assert "time: chunk" in r.stdout and "from cache" in r.stdout and "   3. #" in r.stdout
+    assert "tree parent #" in r.stdout and "after #" not in r.stdout
 
 
 def test_select_json(tmp_path, cli, corpus):
