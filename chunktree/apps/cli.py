@@ -23,6 +23,7 @@ from chunktree.checks import ChunktreeError, InvalidValueError, require
 from chunktree.engine.chunking import DEFAULT_CHUNK_TOKENS, DEFAULT_OVERLAP_TOKENS, chunk_documents
 from chunktree.engine.documents import read_paths, sample_documents
 from chunktree.engine.order import DEFAULT_STRATEGY, EXACT_MAX_N, METHODS, STRATEGIES
+from chunktree.engine.read.extractive import DEFAULT_MEMORY_WEIGHT
 from chunktree.models.embedder import DEFAULT_BATCH_SIZE
 from chunktree.models.registry import DEFAULT_MODEL
 
@@ -105,9 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8080/v1 (or CHUNKTREE_LLM_BASE_URL)")
     p.add_argument("--model", dest="llm_model", default=None, help="LLM model name (or CHUNKTREE_LLM_MODEL)")
     p.add_argument("--memory-tokens", type=int, default=512, help="memory budget (default %(default)s)")
-    p.add_argument("--memory-weight", type=float, default=None,
-                   help="extractive reader: weight of similarity to what the memory holds (default 0: the "
-                        "query-only reader; see the README)")
+    p.add_argument("--memory-weight", type=float, default=DEFAULT_MEMORY_WEIGHT,
+                   help="extractive reader: weight of similarity to what the memory holds (default %(default)s: "
+                        "the query-only reader; see the README)")
     p.add_argument("--window-tokens", type=int, default=4096, help="LLM context window (default %(default)s)")
     p.add_argument("--trace", type=Path, default=None, help="write one JSON line per worker step here")
     p.add_argument("--format", choices=("text", "json"), default="text")
@@ -336,8 +337,8 @@ def cmd_read(args: argparse.Namespace) -> int:
             raise InvalidValueError("give --extractive (no LLM) or --llm-base-url URL (or set CHUNKTREE_LLM_BASE_URL)")
         llm = ChatClient(args.llm_base_url, args.llm_model)
     embedder, chunks, chunk_s = _load_chunks(args)
-    weight = {} if args.memory_weight is None else {"memory_weight": args.memory_weight}
-    result = read(chunks, args.query, strategy=args.order, llm=llm, memory_tokens=args.memory_tokens, **weight,
+    result = read(chunks, args.query, strategy=args.order, llm=llm, memory_tokens=args.memory_tokens,
+                  memory_weight=args.memory_weight,
                   window_tokens=args.window_tokens, embedder=embedder, cache=_open_cache(args), trace=args.trace,
                   progress=_progress())
     doc = _with_chunk_time(result.to_dict(), chunk_s)

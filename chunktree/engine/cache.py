@@ -63,6 +63,17 @@ def row_checksum(model: str, key: bytes, vector: bytes) -> bytes:
     return hashlib.blake2b(model.encode("utf-8") + key + vector, digest_size=8).digest()
 
 
+def _verified(model: str, key: bytes, dim: int, blob: bytes, checksum: bytes | None) -> np.ndarray | None:
+    """The stored vector if it passes its check, else None: its checksum, or for a row written
+    before checksums, finite values of unit norm."""
+    if len(blob) != 4 * dim:
+        return None
+    v = np.frombuffer(blob, dtype=np.float32)
+    if checksum is not None:
+        return v if row_checksum(model, key, blob) == checksum else None
+    return v if np.isfinite(v).all() and abs(float(v @ v) - 1.0) < 1e-3 else None
+
+
 class EmbeddingCache:
     """Vectors of texts already embedded, per model.
 
@@ -132,10 +143,8 @@ class EmbeddingCache:
             row = rows.get(key)
             if row is None:
                 continue
-            blob, checksum = row
-            v = np.frombuffer(blob, dtype=np.float32) if len(blob) == 4 * dim else None
-            if v is None or (row_checksum(model, key, blob) != checksum if checksum is not None
-                             else not (np.isfinite(v).all() and abs(float(v @ v) - 1.0) < 1e-3)):
+            v = _verified(model, key, dim, *row)
+            if v is None:
                 bad += 1
                 continue
             vectors[i] = v

@@ -41,8 +41,10 @@ class Service:
             from chunktree.engine.inputs import default_embedder
             from chunktree.models.embedder import Embedder
 
-            self.embedder = await asyncio.to_thread(Embedder, self.model) if self.model else \
-                await asyncio.to_thread(default_embedder)
+            if self.model:
+                self.embedder = await asyncio.to_thread(Embedder, self.model)
+            else:
+                self.embedder = await asyncio.to_thread(default_embedder)
         await asyncio.to_thread(self.embedder.warmup)
         embedder = self.embedder
 
