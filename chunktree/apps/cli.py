@@ -50,6 +50,9 @@ def _add_corpus_args(p: argparse.ArgumentParser, model_flag: str = "--model") ->
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="chunktree", description="Decide which chunks an LLM sees, and in what order.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
+    parser.add_argument("--no-progress", action="store_true",
+                        help="print no progress on stderr (default: a bar on a terminal, otherwise a plain "
+                             "line every CHUNKTREE_PROGRESS_SECONDS seconds, default 10)")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("embed", help="chunk files and embed the chunks",
@@ -187,8 +190,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
 
 
-def _progress() -> bool:
-    return sys.stderr.isatty()
+def _progress(args: argparse.Namespace) -> bool:
+    """Progress on stderr: a bar on a terminal, a plain line every few seconds otherwise."""
+    return not args.no_progress
 
 
 def _load_chunks(args: argparse.Namespace) -> tuple[Any, list[Any], float]:
@@ -200,7 +204,8 @@ def _load_chunks(args: argparse.Namespace) -> tuple[Any, list[Any], float]:
     embedder = Embedder(args.model, threads=args.threads, batch_size=args.batch_size)
     t0 = time.perf_counter()
     docs = sample_documents() if args.sample else read_paths(args.paths)
-    chunks = chunk_documents(docs, embedder.tokenizer, chunk_tokens=args.chunk_tokens, overlap_tokens=args.overlap)
+    chunks = chunk_documents(docs, embedder.tokenizer, chunk_tokens=args.chunk_tokens, overlap_tokens=args.overlap,
+                             progress=_progress(args))
     return embedder, chunks, time.perf_counter() - t0
 
 
@@ -256,7 +261,7 @@ def cmd_embed(args: argparse.Namespace) -> int:
     _check_output_folder(out)  # before any work, not after minutes of embedding
     embedder, chunks, chunk_s = _load_chunks(args)
     cache = _open_cache(args)
-    vectors, stats = embed_texts([c.text for c in chunks], embedder, cache, progress=_progress())
+    vectors, stats = embed_texts([c.text for c in chunks], embedder, cache, progress=_progress(args))
     np.save(out, vectors)
     meta = out.with_suffix(".jsonl")
     with meta.open("w", encoding="utf-8") as f:
@@ -276,7 +281,7 @@ def cmd_order(args: argparse.Namespace) -> int:
         raise InvalidValueError(f"--top must be >= 1; got {args.top}")
     embedder, chunks, chunk_s = _load_chunks(args)
     result = order(chunks, args.query, strategy=args.strategy, root=args.root, method=args.method,
-                   k=args.neighbours, embedder=embedder, cache=_open_cache(args), progress=_progress())
+                   k=args.neighbours, embedder=embedder, cache=_open_cache(args), progress=_progress(args))
     top = args.top or (10 if args.format == "text" else None)
     doc = _with_chunk_time(result.to_dict(top=top), chunk_s)
     if _printed_structured(doc, args.format, "chunks"):
@@ -311,7 +316,7 @@ def cmd_select(args: argparse.Namespace) -> int:
     embedder, chunks, chunk_s = _load_chunks(args)
     result = select(chunks, k, per_cluster=args.per_cluster, budget_tokens=args.budget_tokens,
                     balance=args.balance, seed=args.seed, embedder=embedder, cache=_open_cache(args),
-                    progress=_progress())
+                    progress=_progress(args))
     doc = _with_chunk_time(result.to_dict(), chunk_s)
     if _printed_structured(doc, args.format, "clusters"):
         return 0
@@ -340,7 +345,7 @@ def cmd_read(args: argparse.Namespace) -> int:
     result = read(chunks, args.query, strategy=args.order, llm=llm, memory_tokens=args.memory_tokens,
                   memory_weight=args.memory_weight,
                   window_tokens=args.window_tokens, embedder=embedder, cache=_open_cache(args), trace=args.trace,
-                  progress=_progress())
+                  progress=_progress(args))
     doc = _with_chunk_time(result.to_dict(), chunk_s)
     if _printed_structured(doc, args.format, "steps"):
         return 0
@@ -384,11 +389,11 @@ def cmd_eval_order(args: argparse.Namespace) -> int:
 
         llm = CachedChat(ChatClient(args.llm_base_url, args.llm_model), args.llm_cache)
         result = evaluate_llm(passages, default_embedder(), llm, _open_cache(args), memory_tokens=args.memory_tokens,
-                              window_tokens=args.window_tokens, concurrency=args.concurrency, progress=_progress())
+                              window_tokens=args.window_tokens, concurrency=args.concurrency, progress=_progress(args))
         print(format_llm_report(result))
     else:
         result = evaluate_orders(passages, default_embedder(), _open_cache(args), budget=args.budget,
-                                 seed=args.seed, progress=_progress())
+                                 seed=args.seed, progress=_progress(args))
         print(format_report(result, fmt))
     if args.json:
         args.json.write_text(json.dumps({k: v for k, v in result.items() if k != "records"}, indent=1,

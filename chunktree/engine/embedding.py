@@ -12,6 +12,7 @@ import numpy as np
 from chunktree.checks import positive_int
 from chunktree.engine.cache import EmbeddingCache
 from chunktree.models.embedder import Embedder
+from chunktree.progress import progress as progress_counter
 
 
 @dataclass(frozen=True)
@@ -65,11 +66,9 @@ def embed_texts(
         unique.setdefault(texts[i], []).append(i)
     # Similar lengths together, so every committed slice pads little (the embedder sorts by tokens within it).
     todo = sorted(unique.items(), key=lambda item: len(item[0]))
-    bar = None
-    if progress and todo:
-        from tqdm.auto import tqdm
-
-        bar = tqdm(total=len(todo), desc="embed", unit="text", delay=1.0)
+    # Counted in characters, which the cost follows, not texts: short texts go first.
+    bar = progress_counter(sum(len(text) for text, _ in todo), "embed", "char", enabled=progress and bool(todo))
+    done = 0
     for start in range(0, len(todo), commit_every):
         part = todo[start:start + commit_every]
         new = embedder.embed([text for text, _ in part])
@@ -77,9 +76,9 @@ def embed_texts(
             vectors[rows] = new[row]
         if cache is not None:
             cache.put(embedder.model_id, [text for text, _ in part], new)
-        if bar is not None:
-            bar.update(len(part))
-    if bar is not None:
-        bar.close()
+        done += len(part)
+        bar.set_postfix_str(f"{done}/{len(todo)} texts")
+        bar.update(sum(len(text) for text, _ in part))
+    bar.close()
     stats = EmbedStats(embedder.model_id, len(texts), int(found.sum()), len(unique), time.perf_counter() - t0)
     return vectors, stats

@@ -16,6 +16,7 @@ import numpy as np
 
 from chunktree.checks import InvalidTypeError, InvalidValueError, positive_int
 from chunktree.models import registry
+from chunktree.progress import tracked
 
 log = logging.getLogger(__name__)
 
@@ -123,11 +124,7 @@ class Embedder:
         by_length = np.argsort(lengths, kind="stable")
         vectors = np.empty((len(windows), self.dim), dtype=np.float32)
         batches = range(0, len(windows), batch_size)
-        if progress:
-            from tqdm.auto import tqdm
-
-            batches = tqdm(batches, desc="embed", unit="batch", delay=1.0)
-        for start in batches:
+        for start in tracked(batches, len(batches), "embed", "batch", enabled=progress):
             idx = by_length[start:start + batch_size]
             vectors[idx] = self._run([windows[j] for j in idx], int(lengths[idx].max()))
 

@@ -2,11 +2,14 @@
 
 import re
 
+import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 from tokenizers import Tokenizer
 
 from chunktree import chunk_documents, read_paths, sample_documents
-from chunktree.engine.documents import Document
+from chunktree.engine.documents import Document, _markdown_headings
 
 
 def tokens(tokenizer, text):
@@ -100,3 +103,110 @@ def test_parameter_errors(tokenizer):
     truncating.enable_truncation(128)
     with pytest.raises(ValueError, match="truncation enabled"):
         chunk_documents(doc, truncating)
+
+
+def shared(a, b, text):
+    """The text two consecutive chunks of one document share."""
+    return text[b.start:a.end] if b.start < a.end else ""
+
+
+class CountingTokenizer:
+    """The real tokenizer, counting the characters it is given."""
+
+    def __init__(self, tokenizer):
+        self._tokenizer = tokenizer
+        self.chars = 0
+
+    def __getattr__(self, name):
+        return getattr(self._tokenizer, name)
+
+    def encode(self, text, **kwargs):
+        self.chars += len(text)
+        return self._tokenizer.encode(text, **kwargs)
+
+    def encode_batch(self, texts, **kwargs):
+        self.chars += sum(map(len, texts))
+        return self._tokenizer.encode_batch(texts, **kwargs)
+
+
+def words_text(n_chars, seed=0, sentence_every=None, line_every=None):
+    """Random lowercase words joined by spaces: one line without punctuation unless asked."""
+    rng = np.random.default_rng(seed)
+    vocab = ["".join(rng.choice(list("abcdefghijklmnopqrstuvwxyz"), rng.integers(2, 10))) for _ in range(3000)]
+    out, size, i = [], 0, 0
+    while size < n_chars:
+        w = vocab[rng.integers(len(vocab))]
+        i += 1
+        if sentence_every and i % sentence_every == 0:
+            w += "."
+        if line_every and i % line_every == 0:
+            w += "\n"
+        out.append(w)
+        size += len(w) + 1
+    return " ".join(out)
+
+
+@pytest.mark.parametrize("shape", ["one line, no punctuation", "sentences on one line", "lines"])
+def test_tokenizer_reads_each_character_about_once(tokenizer, shape):
+    # The cost of chunking is one tokenizer pass: a 300 kB line used to be re-tokenised per chunk.
+    text = words_text(300_000, sentence_every=12 if shape != "one line, no punctuation" else None,
+                      line_every=40 if shape == "lines" else None)
+    counting = CountingTokenizer(tokenizer)
+    doc = Document("mem://big", text)
+    chunks = chunk_documents([doc], counting, chunk_tokens=128, overlap_tokens=16)
+    assert counting.chars <= 1.01 * len(text)
+    check_chunks([doc], chunks, tokenizer, 128)
+
+
+def test_piece_size_does_not_change_the_chunks(tokenizer, monkeypatch):
+    import chunktree.engine.chunking as chunking
+
+    text = words_text(40_000, seed=1, sentence_every=9, line_every=70)
+    doc = Document("mem://x", text)
+    whole = chunk_documents([doc], tokenizer, chunk_tokens=64, overlap_tokens=8)
+    monkeypatch.setattr(chunking, "PIECE_CHARS", 700)
+    monkeypatch.setattr(chunking, "PIECES_PER_PASS", 3)
+    assert chunk_documents([doc], tokenizer, chunk_tokens=64, overlap_tokens=8) == whole
+
+
+def test_a_long_unspaced_run_is_cut_inside_and_still_fits(tokenizer):
+    blob = "".join(np.random.default_rng(2).choice(list("abcdefghijklmnopqrstuvwxyz0123456789+/"), 6000))
+    text = f"Intro sentence here. {blob} and a closing sentence."
+    doc = Document("mem://blob", text)
+    chunks = chunk_documents([doc], tokenizer, chunk_tokens=64, overlap_tokens=8)
+    check_chunks([doc], chunks, tokenizer, 64)
+    assert len(chunks) > 10
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(
+    parts=st.lists(st.sampled_from(["word", "Longerword", "a", "x" * 40, ".", "!", "?", ",", " ", "  ", "\n",
+                                    "\n\n", "# Head\n", "。", "日本語", "🙂", "é", "'s", "\"Quote.\"", "\t"]),
+                   min_size=1, max_size=400),
+    chunk_tokens=st.integers(4, 40),
+    overlap=st.integers(0, 6),
+)
+def test_any_text_chunks_within_bounds_and_loses_nothing(tokenizer, parts, chunk_tokens, overlap):
+    text = "".join(parts)
+    overlap = min(overlap, chunk_tokens - 3)
+    if not text.strip():
+        return
+    doc = Document("mem://h", text, kind="markdown", headings=_markdown_headings(text))
+    chunks = chunk_documents([doc], tokenizer, chunk_tokens=chunk_tokens, overlap_tokens=overlap)
+    check_chunks([doc], chunks, tokenizer, chunk_tokens)
+    for a, b in zip(chunks, chunks[1:]):
+        assert len(tokenizer.encode(shared(a, b, text), add_special_tokens=False).ids) <= overlap
+
+
+def test_progress_lines_when_stderr_is_not_a_terminal(tokenizer, monkeypatch, capsys):
+    import chunktree.engine.chunking as chunking
+
+    monkeypatch.setattr(chunking, "PROGRESS_CHARS", 1000)
+    monkeypatch.setattr(chunking, "PIECE_CHARS", 2000)
+    monkeypatch.setattr(chunking, "PIECES_PER_PASS", 1)
+    monkeypatch.setenv("CHUNKTREE_PROGRESS_SECONDS", "0")
+    text = words_text(10_000, sentence_every=10)
+    chunk_documents([Document("mem://p", text)], tokenizer, progress=True)
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) >= 5 and all(line.startswith("chunk: ") and " char " in line for line in lines)
+    assert lines[-1].startswith(f"chunk: {len(text) / 1000:.1f}k/{len(text) / 1000:.1f}k char (100%)")

@@ -34,6 +34,7 @@ from chunktree.engine.order import order
 from chunktree.engine.read import read
 from chunktree.engine.read.llm import Completion
 from chunktree.paths import cache_dir
+from chunktree.progress import tracked
 
 LLM_ORDERS = ("document", "dense", "bfs", "dense_tree")
 
@@ -141,12 +142,7 @@ def evaluate_llm(
                 "failed_steps": len(result.failures)}
 
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
-        iterator: Any = pool.map(run, jobs)
-        if progress:
-            from tqdm.auto import tqdm
-
-            iterator = tqdm(iterator, total=len(jobs), desc="LLM reads", unit="read", delay=1.0)
-        answers = list(iterator)
+        answers = list(tracked(pool.map(run, jobs), len(jobs), "LLM reads", "read", enabled=progress))
     return {"model": llm.model, "base_url": llm.base_url, "orders": list(orders), "memory_tokens": memory_tokens,
             "window_tokens": window_tokens, "tokens": dict(llm.tally), "summary": _summarise(answers, orders),
             "answers": answers}

@@ -37,6 +37,7 @@ from chunktree.engine.evaluate.data import Passage, Question
 from chunktree.engine.evaluate.stats import bootstrap
 from chunktree.engine.order import DEFAULT_BLEND, order
 from chunktree.engine.read.extractive import MEMORY_AWARE_WEIGHT, ExtractiveWorker, Sentences
+from chunktree.progress import tracked
 
 ORDERS = ("document", "dense", "bfs", "dfs", "guided", "dense_tree", "random")
 READERS = {"query": 0.0, "memory": MEMORY_AWARE_WEIGHT}  # reader name -> memory_weight
@@ -103,12 +104,7 @@ def evaluate_orders(
     for name, weight in readers.items():
         number(weight, f"memory weight of reader {name!r}", 0.0)
     records: list[dict[str, Any]] = []
-    iterator: Any = passages
-    if progress:
-        from tqdm.auto import tqdm
-
-        iterator = tqdm(passages, desc="passages", unit="passage", delay=1.0)
-    for passage in iterator:
+    for passage in tracked(passages, len(passages), "passages", "passage", enabled=progress):
         paragraphs, n = passage.paragraphs, len(passage.paragraphs)
         if n < 2 or not passage.questions:
             continue

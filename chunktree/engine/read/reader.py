@@ -39,6 +39,7 @@ from chunktree.engine.read.llm_worker import (
     pack,
 )
 from chunktree.engine.read.memory import Step, Tokens, empty_memory
+from chunktree.progress import tracked
 
 PROMPT_KEYS = ("worker", "worker_summary", "manager", "manager_summary")
 
@@ -157,12 +158,7 @@ def read(
     steps: list[Step] = []
     sink = open(trace, "w", encoding="utf-8") if trace else None
     try:
-        iterator: Any = enumerate(groups)
-        if progress:
-            from tqdm.auto import tqdm
-
-            iterator = tqdm(iterator, total=len(groups), desc="read", unit="step", delay=1.0)
-        for index, group in iterator:
+        for index, group in tracked(enumerate(groups), len(groups), "read", "step", enabled=progress):
             step, memory = worker.step(index, group, memory)
             steps.append(step)
             if sink:

@@ -1,0 +1,102 @@
+"""Progress for long work: a tqdm bar on a terminal, plain lines every few seconds otherwise.
+
+A bar is useless in a log file (tqdm rewrites one line with carriage returns), so when stderr is
+not a terminal ``progress`` prints a line such as
+``embed: 1.2M/3.0M char (40%), 31 s, about 47 s left`` every ``CHUNKTREE_PROGRESS_SECONDS``
+seconds (default 10). Both estimate the time left from the work done so far, in the unit given
+(characters, texts, steps), so give the unit that the cost grows with.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Iterable, Iterator
+from typing import Any, TextIO, TypeVar
+
+INTERVAL_ENV = "CHUNKTREE_PROGRESS_SECONDS"
+T = TypeVar("T")
+
+
+def progress(total: int, desc: str, unit: str, *, enabled: bool = True, file: TextIO | None = None) -> Any:
+    """A progress counter with ``update(n)``, ``set_postfix_str(s)`` and ``close()``.
+
+    ``enabled=False`` gives one that prints nothing. The choice between a bar and plain lines
+    follows ``file`` (default ``sys.stderr``): a bar only on a terminal.
+    """
+    file = sys.stderr if file is None else file
+    if not enabled:
+        return _Silent()
+    if file.isatty():
+        from tqdm.auto import tqdm
+
+        return tqdm(total=total, desc=desc, unit=unit, unit_scale=True, delay=1.0, file=file)
+    return PlainProgress(total, desc, unit, file=file)
+
+
+class _Silent:
+    def update(self, n: int = 1) -> None:
+        pass
+
+    def set_postfix_str(self, s: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+def _count(n: float) -> str:
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if abs(n) >= scale:
+            return f"{n / scale:.1f}{suffix}"
+    return f"{n:g}"
+
+
+class PlainProgress:
+    """Prints ``desc: done/total unit (pct), elapsed, about T left`` at most every ``interval`` seconds."""
+
+    def __init__(self, total: int, desc: str, unit: str, *, file: TextIO, interval: float | None = None) -> None:
+        self.total, self.desc, self.unit, self.file = total, desc, unit, file
+        self.interval = float(os.environ.get(INTERVAL_ENV, 10)) if interval is None else interval
+        self.done = 0
+        self.postfix = ""
+        self._start = self._last = time.monotonic()
+
+    def update(self, n: int = 1) -> None:
+        self.done += n
+        now = time.monotonic()
+        if now - self._last >= self.interval:
+            self._last = now
+            self._print(now)
+
+    def set_postfix_str(self, s: str) -> None:
+        self.postfix = s
+
+    def close(self) -> None:
+        now = time.monotonic()
+        if now - self._start >= self.interval:  # a run long enough to have shown lines ends with one
+            self._print(now)
+
+    def _print(self, now: float) -> None:
+        elapsed = now - self._start
+        line = f"{self.desc}: {_count(self.done)}/{_count(self.total)} {self.unit}"
+        if self.total:
+            line += f" ({100 * self.done / self.total:.0f}%)"
+        line += f", {elapsed:.0f} s"
+        if 0 < self.done < self.total:
+            line += f", about {elapsed * (self.total - self.done) / self.done:.0f} s left"
+        if self.postfix:
+            line += f", {self.postfix}"
+        print(line, file=self.file, flush=True)
+
+
+def tracked(items: Iterable[T], total: int, desc: str, unit: str, *, enabled: bool = True) -> Iterator[T]:
+    """Yield ``items``, counting one ``unit`` each (see ``progress``)."""
+    bar = progress(total, desc, unit, enabled=enabled)
+    try:
+        for item in items:
+            yield item
+            bar.update(1)
+    finally:
+        bar.close()
