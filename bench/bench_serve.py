@@ -7,6 +7,8 @@ the floor, all in the same run. Each server runs in its own process.
 
 Goals: at 32 clients, throughput >= 3x the no-batching server; at 1 client, HTTP p50 <= in-process
 p50 + 3 ms. Soak: RSS sampled every 10 s grows < 10% after warm-up, no errors.
+Abuse (``-k abuse``): memory bounded under a huge chunked upload, abandoned work not run, and
+under a burst beyond the queue the p99 of accepted requests within the queue deadline (10 s).
 """
 
 import asyncio
@@ -17,6 +19,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections import Counter
 
 import httpx
 import numpy as np
@@ -146,6 +149,114 @@ def test_soak(results):
     results["serve"]["soak"] = {"requests": len(lat), "errors": errors, "rss_first": warm[0], "rss_max": max(warm),
                                 "growth": growth, "p99": float(np.percentile(lat, 99)), "wall": wall}
     assert errors == 0
+
+
+def peak_rss_mb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+async def post_raw(port, body, *, hang_up_after=None, timeout=300.0):
+    """POST /v1/embeddings on a fresh connection: (status, seconds), or (None, seconds) when the
+    client hangs up after ``hang_up_after`` seconds or gives up after ``timeout``."""
+    t = time.perf_counter()
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    writer.write(b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+    try:
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), hang_up_after or timeout)
+        return int(head.split()[1]), time.perf_counter() - t
+    except asyncio.TimeoutError:
+        return None, time.perf_counter() - t
+    finally:
+        writer.close()
+
+
+def texts_body(n, tag):
+    return json.dumps({"input": [f"{SENTENCE} ({tag} {i})" for i in range(n)]}).encode()
+
+
+def test_abuse(results):
+    """The service under abuse, each case bounded: a 400 MB chunked upload, 16 abandoned
+    256-text requests, and a burst of 64 clients x 5 requests x 256 texts. Run against an older
+    checkout with PYTHONPATH=<its root> to get the before figures."""
+    proc, url = start_server()
+    port = int(url.rsplit(":", 1)[1])
+    r = results["abuse"]
+    try:
+        r["rss_start"] = rss_mb(proc.pid)
+
+        async def upload():
+            reader, writer = await asyncio.open_connection("127.0.0.1", port)
+            writer.write(b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
+            part = b"x" * 2**20
+            frame = f"{len(part):x}\r\n".encode() + part + b"\r\n"
+            head = asyncio.ensure_future(reader.readuntil(b"\r\n\r\n"))
+            sent = 0
+            try:
+                while not head.done() and sent < 400 * 2**20:
+                    writer.write(frame)
+                    await writer.drain()
+                    sent += len(part)
+                if not head.done():
+                    writer.write(b"0\r\n\r\n")
+            except ConnectionError:
+                pass
+            status = int((await asyncio.wait_for(head, 300)).split()[1])
+            writer.close()
+            return status, sent
+
+        r["upload_status"], r["upload_sent_mb"] = asyncio.run(upload())
+        r["upload_sent_mb"] /= 2**20
+        r["rss_peak_after_upload"] = peak_rss_mb(proc.pid)
+
+        async def abandon():
+            await asyncio.gather(*[post_raw(port, texts_body(256, f"gone {i}"), hang_up_after=1.0) for i in range(16)])
+            await asyncio.sleep(0.2)  # the server sees the hang-ups within milliseconds
+            return await post_raw(port, texts_body(1, "next"))
+
+        r["after_abandoned"] = asyncio.run(abandon())
+
+        async def burst():
+            async def client(c):
+                return [await post_raw(port, texts_body(256, f"c{c} r{k}")) for k in range(5)]
+            return [x for rows in await asyncio.gather(*[client(c) for c in range(64)]) for x in rows]
+
+        t0 = time.perf_counter()
+        replies = asyncio.run(burst())
+        r["burst_wall"] = time.perf_counter() - t0
+        r["burst_codes"] = dict(sorted(Counter(str(code) for code, _ in replies).items()))
+        ok = np.array([s for code, s in replies if code == 200])
+        refused = np.array([s for code, s in replies if code == 503])
+        r["burst_ok"] = (np.percentile(ok, [50, 99]).tolist() if len(ok) else None)
+        r["burst_refused"] = (np.percentile(refused, [50, 99]).tolist() if len(refused) else None)
+        r["rss_peak"] = peak_rss_mb(proc.pid)
+    finally:
+        proc.terminate()
+        proc.wait(30)
+
+
+@summary
+def abuse_summary(results):
+    r = results.get("abuse")
+    if not r:
+        return []
+    lines = [f"abuse: resident memory at start {r['rss_start']:.0f} MB",
+             f"  400 MB chunked upload: status {r['upload_status']} after {r['upload_sent_mb']:.0f} MB sent; "
+             f"peak resident memory {r['rss_peak_after_upload']:.0f} MB"]
+    status, seconds = r["after_abandoned"]
+    lines.append(f"  one-text request 0.2 s after 16 abandoned 256-text requests: status {status} in {seconds:.2f} s")
+    if "burst_codes" in r:
+        lines.append(f"  burst 64 clients x 5 x 256 texts: {r['burst_wall']:.1f} s, statuses {r['burst_codes']}")
+        if r["burst_ok"]:
+            lines.append(f"    200: p50 {r['burst_ok'][0]:.2f} s, p99 {r['burst_ok'][1]:.2f} s")
+        if r["burst_refused"]:
+            lines.append(f"    503: p50 {r['burst_refused'][0]:.3f} s, p99 {r['burst_refused'][1]:.3f} s")
+        lines.append(f"  peak resident memory over the whole run {r['rss_peak']:.0f} MB")
+    return lines
 
 
 @summary

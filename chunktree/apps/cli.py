@@ -161,6 +161,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-batching", action="store_true", help="one model call per request")
     p.add_argument("--max-texts", type=int, default=256, help="texts per request (default %(default)s)")
     p.add_argument("--max-queue", type=int, default=4096, help="texts waiting before 503 (default %(default)s)")
+    p.add_argument("--queue-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="the longest a request waits for the model: one that would wait longer (by the "
+                        "measured model rate) gets 503 at once, one still queued after it gets 503 unrun "
+                        "(default %(default)s)")
+    p.add_argument("--metrics-public", action="store_true",
+                   help="leave GET /metrics open when an API key is required (default: it needs the key too)")
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("export", help="convert a local BERT-family model to ONNX (needs chunktree[export])",
@@ -240,8 +246,10 @@ def _printed_structured(doc: dict[str, Any], fmt: str, rows: str) -> bool:
     return fmt in ("json", "jsonl")
 
 
-def _corpus_line(chunks: list[Any]) -> str:
-    return f"{len(chunks)} chunks from {len({c.source for c in chunks})} source(s)"
+def _corpus_line(chunks: list[Any], params: dict[str, Any] | None = None) -> str:
+    line = f"{len(chunks)} chunks from {len({c.source for c in chunks})} source(s)"
+    duplicates = (params or {}).get("duplicates")
+    return line + (f" ({duplicates} exact duplicates of earlier chunks)" if duplicates else "")
 
 
 def _check_output_folder(out: Path) -> None:
@@ -287,7 +295,7 @@ def cmd_order(args: argparse.Namespace) -> int:
     if _printed_structured(doc, args.format, "chunks"):
         return 0
     weight = "" if doc["tree_weight"] is None else f", tree weight {doc['tree_weight']:.2f}"
-    print(f"{_corpus_line(chunks)}; strategy {doc['strategy']}, method {doc['method']}{weight}; root chunk {doc['root']}")
+    print(f"{_corpus_line(chunks, doc['params'])}; strategy {doc['strategy']}, method {doc['method']}{weight}; root chunk {doc['root']}")
     order_s = doc["timings"]["total_s"] - doc["timings"]["embed_s"]
     print(f"time: chunk {chunk_s:.2f} s | {_embed_line(doc['embedding'])} | order {order_s:.3f} s")
     print(f"first {len(doc['chunks'])} of {len(chunks)} in reading order:")
@@ -320,7 +328,7 @@ def cmd_select(args: argparse.Namespace) -> int:
     doc = _with_chunk_time(result.to_dict(), chunk_s)
     if _printed_structured(doc, args.format, "clusters"):
         return 0
-    print(f"{_corpus_line(chunks)} -> {doc['n_clusters']} clusters "
+    print(f"{_corpus_line(chunks, doc['params'])} -> {doc['n_clusters']} clusters "
           f"(k={doc['k']}), {args.per_cluster} representative(s) each")
     select_s = doc["timings"]["total_s"] - doc["timings"]["embed_s"]
     print(f"time: chunk {chunk_s:.2f} s | {_embed_line(doc['embedding'])} | select {select_s:.3f} s")
@@ -413,9 +421,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if not api_key:
             raise InvalidValueError(f"--api-key-env {args.api_key_env}: that environment variable is not set or empty")
     limits = Limits(max_texts=args.max_texts, max_queue=args.max_queue, max_batch=args.max_batch,
-                    max_wait_ms=args.max_wait_ms, batching=not args.no_batching)
+                    max_wait_ms=args.max_wait_ms, batching=not args.no_batching, queue_timeout_s=args.queue_timeout)
     embedder = Embedder(args.model, threads=args.threads)
-    app = create_app(embedder, api_key=api_key, limits=limits)
+    app = create_app(embedder, api_key=api_key, limits=limits, metrics_public=args.metrics_public)
     print(f"chunktree serve: {embedder.model_id} on http://{args.host}:{args.port} "
           f"(batching {'off' if args.no_batching else f'<= {args.max_batch} texts, {args.max_wait_ms} ms'}"
           f"{', API key required' if api_key else ''})", flush=True)

@@ -65,6 +65,33 @@ class Inputs:
             return self.items  # type: ignore[return-value]
         return None
 
+    def first_copies(self) -> np.ndarray:
+        """int64 (n,): for each chunk, the first chunk with the same vector (itself if none).
+
+        Equal texts embed to equal vectors, so this finds exact-duplicate chunks too. A hash of
+        each row's bytes (integer arithmetic: a float product of equal rows can differ in its last
+        bit with the row's place in a BLAS block) groups the candidates in O(n·d); rows that share
+        a hash are compared exactly.
+        """
+        x, n = self.vectors, self.n
+        words = x.view(np.uint32)
+        weights = np.random.default_rng(0).integers(1, 2**63, words.shape[1], dtype=np.uint64) | np.uint64(1)
+        keys = np.empty(n, dtype=np.uint64)
+        for start in range(0, n, 16384):  # blocks bound the uint64 copy
+            keys[start:start + 16384] = (words[start:start + 16384].astype(np.uint64) * weights).sum(axis=1)
+        order = np.argsort(keys, kind="stable")  # equal keys keep input order
+        sorted_keys = keys[order]
+        starts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])
+        ends = np.r_[starts[1:], n]
+        first = np.arange(n, dtype=np.int64)
+        row = np.dtype((np.void, x.dtype.itemsize * x.shape[1]))
+        for s, e in zip(starts[ends - starts > 1], ends[ends - starts > 1]):  # runs of equal keys: rare
+            run = order[s:e]
+            _, at, inverse = np.unique(np.ascontiguousarray(x[run]).view(row).ravel(), return_index=True,
+                                       return_inverse=True)
+            first[run] = run[at[inverse.ravel()]]
+        return first
+
     def token_counts(self) -> np.ndarray:
         """Tokens of each chunk (``Embedder.count_tokens``); needs texts."""
         if self.texts is None:

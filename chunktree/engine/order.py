@@ -74,7 +74,8 @@ class OrderResult:
     query_similarity : float32 (n,), similarity of each chunk to the query; None without a query.
     tree_weight : sum of the tree's edge similarities (NaN for baselines).
     strategy, method : what was used.
-    params : the parameters that decided the result (n, dims, and the sparse method's k,
+    params : the parameters that decided the result (n, dims, ``duplicates``: chunks that repeat an
+        earlier one exactly, and the sparse method's k,
         n_clusters, probes, seed, forest components and joining edges).
     timings : seconds per stage (``embed_s``, ``tree_s``, ``traverse_s``, ``total_s``).
     query : the query when it was given as text.
@@ -166,7 +167,9 @@ def order(
     if method == "exact" and (k, n_clusters, probes) != (None, None, None):
         raise InvalidValueError("k, n_clusters and probes set the sparse method; they do not apply to "
                                 "method='exact'")
-    if root is not None:
+    if root is not None and hasattr(chunks_or_embeddings, "__len__"):  # checked before anything is embedded
+        integer(root, "root (a chunk index)", 0, max(len(chunks_or_embeddings) - 1, 0))
+    elif root is not None:
         integer(root, "root (a chunk index)", 0)
     if strategy in NEEDS_QUERY and query is None:
         raise InvalidValueError(f"strategy {strategy!r} orders by query similarity and needs a query")
@@ -178,7 +181,7 @@ def order(
     if root is not None:
         integer(root, "root (a chunk index)", 0, n - 1)
     qsim = None if q is None else x @ q
-    params: dict[str, Any] = {"n": n, "dims": d}
+    params: dict[str, Any] = {"n": n, "dims": d, "duplicates": int((inputs.first_copies() != np.arange(n)).sum())}
     done = {"query": inputs.query_text, "embedding": inputs.embedding, "items": inputs.items}
 
     if strategy in ("document", "dense"):

@@ -71,11 +71,12 @@ class SelectResult:
     clusters : in the input order of their first representative.
     labels : int64 (n,), each chunk's cluster (an index into ``clusters``).
     centers : float32 (len(clusters), d), the cluster centres.
-    k : the K asked for (or derived); ``len(clusters)`` is smaller only if K-means left a
-        cluster empty.
+    k : the K asked for (or derived); ``len(clusters)`` is smaller when fewer than K chunks are
+        distinct (exact duplicates always share a cluster) or K-means left a cluster empty.
     inertia : sum of squared distances of the chunks to their centres.
     params : the parameters that decided the result (n, k, per_cluster, seed, balance, and how K
-        was derived).
+        was derived) and what the data allowed: ``distinct_chunks`` and ``duplicates`` (chunks
+        that repeat an earlier one exactly; they join its cluster and never represent one).
     timings : seconds per stage (``embed_s``, ``cluster_s``, ``total_s``).
     embedding : what embedding the chunks cost (None when embeddings were given).
     items : the chunks or strings that were clustered (None when embeddings were given).
@@ -206,6 +207,12 @@ def select(
         model = MiniBatchKMeans(k, random_state=seed).fit(x)
         centers, labels, steps = model.cluster_centers_, model.labels_, model.n_steps_
         dist_sq = assign(x, centers)[1]
+    # Exact duplicates (equal vectors; equal texts embed equally) join their first copy's cluster,
+    # so no two clusters hold the same content, and only first copies represent a cluster.
+    first = inputs.first_copies()
+    labels, dist_sq = labels[first], dist_sq[first]
+    is_first = first == np.arange(n)
+    distinct = int(is_first.sum())
     dist = np.sqrt(dist_sq)
     # Members of every cluster in one pass: rows sorted by (label, row), cut at the label counts.
     by_label = np.argsort(labels, kind="stable")
@@ -214,7 +221,8 @@ def select(
     found = []
     for c in np.flatnonzero(sizes):
         members = groups[c]
-        nearest = members[np.lexsort((members, dist[members]))][:per_cluster]
+        candidates = members[is_first[members]]
+        nearest = candidates[np.lexsort((candidates, dist[candidates]))][:per_cluster]
         found.append((int(c), nearest, members))
     found.sort(key=lambda cl: int(cl[1].min()))  # document order of the representatives
     chunks = inputs.chunks
@@ -229,10 +237,11 @@ def select(
             size=int(members.size), members=members,
             chunks=tuple(chunks[i] for i in nearest.tolist()) if chunks is not None else (),
         ))
-    params.update(k=k, n_steps=steps)
+    params.update(k=k, n_steps=steps, distinct_chunks=distinct, duplicates=n - distinct)
     if len(clusters) < k:
-        log.warning("K-means left %d of %d clusters empty; %d clusters returned", k - len(clusters), k,
-                    len(clusters))
+        why = (f"only {distinct} of the {n} chunks are distinct" if distinct < k
+               else "K-means left some clusters empty")
+        log.warning("%d clusters returned for k=%d: %s", len(clusters), k, why)
     timings["cluster_s"] = time.perf_counter() - t1
     timings["total_s"] = time.perf_counter() - t0
     inertia = float(dist_sq.sum(dtype=np.float64))

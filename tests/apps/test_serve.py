@@ -67,8 +67,14 @@ def test_openai_client_embeddings_equal_in_process(service, embedder):
     # usage counts content tokens, without the [CLS]/[SEP] the model adds (chunktree's convention)
     assert reply.usage.prompt_tokens == sum(len(embedder.tokenizer.encode(t, add_special_tokens=False).ids)
                                             for t in SENTENCES)
-    single = client.embeddings.create(model="x", input="Call me Ishmael.", encoding_format="float")
+    single = client.embeddings.create(model=embedder.model_id, input="Call me Ishmael.", encoding_format="float")
     np.testing.assert_allclose(single.data[0].embedding, embedder.embed(["Call me Ishmael."])[0], atol=1e-5)
+    from openai import NotFoundError
+
+    with pytest.raises(NotFoundError) as unknown:
+        client.embeddings.create(model="text-embedding-3-small", input="Call me Ishmael.")
+    assert unknown.value.body["code"] == "model_not_found" and unknown.value.body["param"] == "model"
+    assert "this server serves 'all-MiniLM-L6-v2'" in unknown.value.body["message"]
 
 
 def test_base64_is_little_endian_float32(service, embedder):
@@ -102,6 +108,8 @@ def test_select_equals_library(service, embedder):
     ("/v1/embeddings", {"input": ["a"] * 9}, 422, "holds 9 texts; the limit is max_texts=8"),
     ("/v1/embeddings", {"input": ["x" * 501]}, 422, "has 501 characters; the limit is max_chars=500"),
     ("/v1/embeddings", {"input": [""]}, 422, "'input[0]' is an empty string"),
+    ("/v1/embeddings", {"input": ["ok", " \n\t"]}, 422, "'input[1]' is only whitespace"),
+    ("/v1/order", {"texts": ["a", "   "]}, 422, "'texts[1]' is only whitespace"),
     ("/v1/embeddings", {"input": "a", "encoding_format": "hex"}, 422, "'encoding_format' must be"),
     ("/v1/embeddings", {"input": "a", "dimensions": 10}, 422, "'dimensions' must be 384"),
     ("/v1/embeddings", ["not", "an", "object"], 422, "must be a JSON object; got list"),
@@ -257,3 +265,165 @@ def test_concurrent_requests_are_batched_and_overload_gives_503(embedder):
         assert busy.headers["Retry-After"] == "1" and "max_queue=40" in busy.json()["error"]["message"]
         recovered = httpx.post(s.url + "/v1/embeddings", json={"input": ["after the storm"]})
         assert recovered.status_code == 200
+
+
+def test_metrics_need_the_key_unless_public(embedder):
+    with Served(create_app(embedder, api_key="k")) as s:
+        assert httpx.get(s.url + "/metrics").status_code == 401
+        assert httpx.get(s.url + "/metrics", headers={"Authorization": "Bearer k"}).status_code == 200
+    with Served(create_app(embedder, api_key="k", metrics_public=True)) as s:
+        assert httpx.get(s.url + "/metrics").status_code == 200
+
+
+def test_a_chunked_upload_is_refused_as_soon_as_it_passes_the_limit(embedder):
+    """No Content-Length: the server must stop reading at max_body, not read 64 MB and then refuse."""
+    limits = Limits(max_body=1_000_000)
+
+    async def upload(port):
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        writer.write(b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     b"Transfer-Encoding: chunked\r\n\r\n")
+        part = b"x" * 65536
+        frame = f"{len(part):x}\r\n".encode() + part + b"\r\n"
+        sent = 0
+        head = asyncio.ensure_future(reader.readuntil(b"\r\n\r\n"))
+        try:
+            while not head.done() and sent < 64 * 2**20:
+                writer.write(frame)
+                await writer.drain()
+                sent += len(part)
+            if not head.done():
+                writer.write(b"0\r\n\r\n")
+            return sent, await asyncio.wait_for(head, 30)
+        except ConnectionError:  # the server closed the connection after its answer
+            return sent, await asyncio.wait_for(head, 30)
+        finally:
+            writer.close()
+
+    with Served(create_app(embedder, limits=limits)) as s:
+        sent, head = asyncio.run(upload(s.port))
+    assert head.startswith(b"HTTP/1.1 413")
+    assert sent < 24 * 2**20  # the limit plus what the sockets' buffers hold, not the 64 MB on offer
+
+
+class GatedEmbedder:
+    """The real embedder whose model calls wait for ``gate`` and are logged in ``calls``."""
+
+    def __init__(self, embedder):
+        self._embedder = embedder
+        self.gate, self.busy = threading.Event(), threading.Event()
+        self.calls = []
+
+    def __getattr__(self, name):
+        return getattr(self._embedder, name)
+
+    def embed(self, texts, **kwargs):
+        self.calls.append(list(texts))
+        self.busy.set()
+        assert self.gate.wait(60)
+        return self._embedder.embed(texts, **kwargs)
+
+    def embedded(self):
+        return [t for call in self.calls for t in call]
+
+
+def metric(url, name):
+    lines = httpx.get(url + "/metrics").text.splitlines()
+    return sum(float(line.split()[-1]) for line in lines if line.startswith(name))
+
+
+def post_and_hang_up(port, payload):
+    body = json.dumps(payload).encode()
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sock.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                     + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+
+
+def wait_until(condition, seconds=20):
+    deadline = time.monotonic() + seconds
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.05)
+
+
+def test_abandoned_requests_leave_the_queue_unrun(embedder):
+    gated = GatedEmbedder(embedder)
+    with Served(create_app(gated, limits=Limits(queue_timeout_s=60))) as s:
+        replies = []
+        holder = threading.Thread(target=lambda: replies.append(
+            httpx.post(s.url + "/v1/embeddings", json={"input": ["hold the model"]}, timeout=60)))
+        holder.start()
+        assert gated.busy.wait(10)
+        for i in range(8):
+            post_and_hang_up(s.port, {"input": [f"abandoned {i}"] * 4})
+        wait_until(lambda: metric(s.url, 'chunktree_requests_total{path="/v1/embeddings",status="499"}') == 8)
+        assert metric(s.url, "chunktree_queue_depth") == 0
+        gated.gate.set()
+        holder.join(30)
+        after = httpx.post(s.url + "/v1/embeddings", json={"input": ["after the storm"]})
+        order_after = httpx.post(s.url + "/v1/order", json={"texts": SENTENCES})
+    assert replies[0].status_code == after.status_code == order_after.status_code == 200
+    embedded = gated.embedded()
+    assert embedded[:2] == ["hold the model", "after the storm"] and sorted(embedded[2:]) == sorted(SENTENCES)
+
+
+def test_an_abandoned_order_request_stops_its_worker(embedder):
+    gated = GatedEmbedder(embedder)
+    with Served(create_app(gated)) as s:
+        holder = threading.Thread(target=lambda: httpx.post(s.url + "/v1/embeddings", json={"input": ["hold"]}))
+        holder.start()
+        assert gated.busy.wait(10)
+        body = json.dumps({"texts": ["never embedded", "nor this"]}).encode()
+        with socket.create_connection(("127.0.0.1", s.port)) as sock:
+            sock.sendall(b"POST /v1/order HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                         + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+            wait_until(lambda: metric(s.url, "chunktree_queue_depth") == 2)  # its texts reached the queue
+        wait_until(lambda: metric(s.url, 'chunktree_dropped_requests_total{reason="abandoned"}') == 1)
+        gated.gate.set()
+        holder.join(30)
+        assert httpx.post(s.url + "/v1/embeddings", json={"input": ["next"]}).status_code == 200
+    assert gated.embedded() == ["hold", "next"]
+
+
+def test_queued_work_past_its_deadline_gets_503_and_is_not_run(embedder):
+    gated = GatedEmbedder(embedder)
+    with Served(create_app(gated, limits=Limits(queue_timeout_s=0.5))) as s:
+        holder = threading.Thread(target=lambda: httpx.post(s.url + "/v1/embeddings", json={"input": ["hold"]}))
+        holder.start()
+        assert gated.busy.wait(10)
+        t0 = time.monotonic()
+        late = httpx.post(s.url + "/v1/embeddings", json={"input": ["too late"]}, timeout=30)
+        waited = time.monotonic() - t0
+        gated.gate.set()
+        holder.join(30)
+        assert httpx.post(s.url + "/v1/embeddings", json={"input": ["next"]}).status_code == 200
+    assert late.status_code == 503 and late.json()["error"]["code"] == "queue_timeout"
+    assert late.headers["Retry-After"] == "1" and "queue_timeout_s" in late.json()["error"]["message"]
+    assert waited < 10
+    assert gated.embedded() == ["hold", "next"]
+
+
+def test_admission_refuses_at_once_what_the_measured_rate_cannot_serve_in_time(embedder):
+    gated = GatedEmbedder(embedder)
+    with Served(create_app(gated, limits=Limits(queue_timeout_s=2.0, max_chars=5000))) as s:
+        threading.Timer(1.0, gated.gate.set).start()
+        first = httpx.post(s.url + "/v1/embeddings", json={"input": ["w" * 1000]}, timeout=30)
+        assert first.status_code == 200  # took >= 1 s for 1,000 characters: the rate is <= 1,000 chars/s
+        gated.gate.clear()
+        gated.busy.clear()
+        holder = threading.Thread(target=lambda: httpx.post(s.url + "/v1/embeddings", json={"input": ["x" * 2500]},
+                                                            timeout=30))
+        holder.start()
+        assert gated.busy.wait(10)  # 2,500 characters ahead: >= 2.5 s of work, past the 2 s deadline
+        t0 = time.monotonic()
+        refused = httpx.post(s.url + "/v1/embeddings", json={"input": ["a short one"]}, timeout=30)
+        refused_in = time.monotonic() - t0
+        gated.gate.set()
+        holder.join(30)
+        alone = httpx.post(s.url + "/v1/embeddings", json={"input": ["u" * 3000]}, timeout=30)
+    assert refused.status_code == 503 and refused.json()["error"]["code"] == "overloaded"
+    assert "past the queue deadline (queue_timeout_s=2)" in refused.json()["error"]["message"]
+    assert int(refused.headers["Retry-After"]) >= 1
+    assert refused_in < 1.0  # at once, not after waiting for the deadline
+    assert alone.status_code == 200  # nothing ahead of it: admitted, however long it is
+    assert [len(t) for t in gated.embedded()] == [1000, 2500, 3000]

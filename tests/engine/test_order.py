@@ -187,7 +187,7 @@ def test_texts_are_embedded(embedder):
     ({"strategy": "guided", "blend": 1.5}, ValueError, r"blend must be a number in \[0.0, 1.0\]; got 1.5"),
     ({"method": "fast"}, ValueError, "method must be one of .*got 'fast'"),
     ({"root": 3}, ValueError, r"root \(a chunk index\) must be in \[0, 2\]; got 3"),
-    ({"root": -1}, ValueError, r"root \(a chunk index\) must be >= 0; got -1"),
+    ({"root": -1}, ValueError, r"root \(a chunk index\) must be in \[0, 2\]; got -1"),
     ({"root": True}, TypeError, r"root \(a chunk index\) must be an int; got True"),
     ({"query": ""}, ValueError, "query must not be empty"),
     ({"seed": -1}, ValueError, "seed must be >= 0; got -1"),
@@ -207,7 +207,7 @@ def test_bad_arguments_fail_before_embedding():
         def embed(self, texts, **kwargs):
             raise AssertionError("embedded before checking the arguments")
 
-    for kwargs in ({"root": -1}, {"strategy": "x"}, {"k": 0, "method": "sparse"}, {"seed": -1}):
+    for kwargs in ({"root": -1}, {"root": 2}, {"strategy": "x"}, {"k": 0, "method": "sparse"}, {"seed": -1}):
         with pytest.raises(ValueError):
             order(["a", "b"], embedder=Refuses(), **kwargs)
 
@@ -277,3 +277,11 @@ def test_sparse_weight_on_squad_articles(embedder, squad_articles):
 def test_sparse_parameter_errors(kwargs, message):
     with pytest.raises((ValueError, TypeError), match=message):
         order(clustered(20), **kwargs)
+
+
+def test_the_result_counts_exact_duplicates():
+    x = np.random.default_rng(5).standard_normal((30, 8)).astype(np.float32)
+    x[[10, 20, 25]] = x[3]
+    x[29] = x[0]
+    assert order(x).params["duplicates"] == 4
+    assert order(["a", "b", "a", "c", "b"]).params["duplicates"] == 2

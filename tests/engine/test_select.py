@@ -2,6 +2,7 @@
 
 import numpy as np
 import pytest
+from conftest import unit_topics
 
 from chunktree import Chunk, select
 
@@ -122,3 +123,27 @@ def test_balance_gives_small_topics_their_own_cluster():
         for c in r.clusters:  # representatives still nearest their centre
             d_all = np.linalg.norm(x[list(c.members)] - r.centers[c.id], axis=1)
             assert c.distances[0] == pytest.approx(d_all.min(), abs=1e-5)
+
+
+def test_identical_chunks_make_one_cluster_and_the_result_says_so(caplog):
+    x = np.tile(unit_topics(1, d=16)[0], (20, 1))
+    with caplog.at_level("WARNING"):
+        r = select(x, 20)
+    assert len(r.clusters) == 1 and r.clusters[0].size == 20 and r.clusters[0].representatives == (0,)
+    assert (r.params["distinct_chunks"], r.params["duplicates"]) == (1, 19)
+    assert r.to_dict()["n_clusters"] == 1 and "only 1 of the 20 chunks are distinct" in caplog.text
+
+
+def test_duplicates_share_a_cluster_and_never_represent_one():
+    base, _ = unit_topics(60, d=16, topics=4, seed=3)
+    rng = np.random.default_rng(4)
+    copies = rng.integers(0, 60, 40)
+    x = np.concatenate([base, base[copies]])  # rows 60.. repeat earlier rows exactly
+    for balance in (False, True):
+        r = select(x, 6, per_cluster=4, balance=balance)
+        for i, j in zip(range(60, 100), copies):
+            assert r.labels[i] == r.labels[j]
+        reps = r.representatives
+        assert all(i < 60 for i in reps) and len({x[i].tobytes() for i in reps}) == len(reps)
+        assert r.params["distinct_chunks"] == len({row.tobytes() for row in x})
+        assert r.params["duplicates"] == 100 - r.params["distinct_chunks"]

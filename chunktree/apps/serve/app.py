@@ -2,34 +2,46 @@
 around the endpoints of ``routes``.
 
 Every request is counted and timed (``/metrics``). With an API key configured, a POST without
-``Authorization: Bearer <key>`` gets 401. Errors come back in the OpenAI shape with the type of
-their status (``http.ERROR_TYPES``); an unexpected exception is logged with its traceback and
-answered 500 ``server_error``.
+``Authorization: Bearer <key>`` gets 401, and so does ``/metrics`` unless ``metrics_public``.
+Errors come back in the OpenAI shape with the type of their status (``http.ERROR_TYPES``); an
+unexpected exception is logged with its traceback and answered 500 ``server_error``.
+
+Once its body is read, a request is watched for its client hanging up: if it does, the handler is
+cancelled, so queued work for it leaves the queue unrun (counted as status 499 in ``/metrics``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import time
 from typing import Any
 
 from chunktree.apps.serve import routes
-from chunktree.apps.serve.http import HTTPError, Limits
+from chunktree.apps.serve.http import HTTPError, Limits, read_json
 from chunktree.apps.serve.service import Service
 from chunktree.checks import require
 
 log = logging.getLogger(__name__)
 
 
+async def _hung_up(request: Any) -> None:
+    """Returns when the client has gone. Call it only once the body is read: it reads the
+    connection's next message, which after the body is the disconnect."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
 def create_app(embedder: Any = None, *, model: str | None = None, api_key: str | None = None,
-               limits: Limits | None = None) -> Any:
+               limits: Limits | None = None, metrics_public: bool = False) -> Any:
     """The ASGI app. ``embedder`` (or an ``Embedder(model)``, or the default model, loaded at
-    startup) is warmed up before ``/health`` reports ready."""
+    startup) is warmed up before ``/health`` reports ready. ``metrics_public`` leaves ``/metrics``
+    open when an ``api_key`` is required."""
     require("starlette", "serve", "chunktree serve")
     orjson = require("orjson", "serve", "chunktree serve")
     from starlette.applications import Starlette
-    from starlette.requests import Request
+    from starlette.requests import ClientDisconnect, Request
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 
@@ -47,15 +59,39 @@ def create_app(embedder: Any = None, *, model: str | None = None, api_key: str |
         yield
         await service.stop()
 
+    def authorise(request: Request) -> None:
+        if service.api_key is not None and request.headers.get("authorization") != f"Bearer {service.api_key}":
+            raise HTTPError(401, "missing or wrong API key (Authorization: Bearer ...)", code="invalid_api_key")
+
+    async def unless_hung_up(request: Request, work: Any) -> tuple[bool, Any]:
+        """(True, ``await work``), or (False, None) if the client hangs up first: ``work`` is cancelled."""
+        task, gone = asyncio.ensure_future(work), asyncio.ensure_future(_hung_up(request))
+        try:
+            await asyncio.wait({task, gone}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        finally:
+            gone.cancel()
+        if task.done():
+            return True, task.result()
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+        return False, None
+
     def post(path: str, handler: Any) -> Route:
         async def endpoint(request: Request) -> Response:
             t0 = time.perf_counter()
             try:
-                if service.api_key is not None and request.headers.get("authorization") != f"Bearer {service.api_key}":
-                    raise HTTPError(401, "missing or wrong API key (Authorization: Bearer ...)", code="invalid_api_key")
-                response: Response = FastJSON(await handler(service, request))
+                authorise(request)
+                body = await read_json(request, service.limits)
+                answered, result = await unless_hung_up(request, handler(service, body))
+                response: Response = FastJSON(result) if answered else Response(status_code=499)
             except HTTPError as exc:
                 response = JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+            except ClientDisconnect:  # gone while its body was read
+                response = Response(status_code=499)
             except Exception:  # noqa: BLE001 - a bug: logged, answered 500 in the API's shape
                 log.exception("%s failed", path)
                 response = JSONResponse(HTTPError(500, "internal error; see the server log").body(), status_code=500)
@@ -73,6 +109,11 @@ def create_app(embedder: Any = None, *, model: str | None = None, api_key: str |
     async def metrics(request: Request) -> Response:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 
+        if not metrics_public:
+            try:
+                authorise(request)
+            except HTTPError as exc:
+                return JSONResponse(exc.body(), status_code=exc.status)
         return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
     endpoints = [post(path, handler) for path, handler in routes.POST.items()]

@@ -31,6 +31,8 @@ class Limits:
     max_chars : characters per text.
     max_body : bytes per request body.
     max_queue : texts waiting for the model; beyond it a request gets 503.
+    queue_timeout_s : the longest a request waits for the model. One that would wait longer by the
+        measured model rate is refused at once, one still queued after it leaves unrun; both 503.
     max_batch : texts per model call.
     max_wait_ms : extra wait for company; 0 batches whatever queued while the model ran.
     batching : False makes one model call per request.
@@ -40,6 +42,7 @@ class Limits:
     max_chars: int = 32_000
     max_body: int = 8 * 2**20
     max_queue: int = 4096
+    queue_timeout_s: float = 10.0
     max_batch: int = 32
     max_wait_ms: float = 0.0
     batching: bool = True
@@ -49,6 +52,8 @@ class Limits:
             value = getattr(self, f.name)
             if f.name == "max_wait_ms":
                 number(value, "max_wait_ms", 0.0)
+            elif f.name == "queue_timeout_s":
+                number(value, "queue_timeout_s", 0.0, low_open=True)
             elif f.name == "batching":
                 if not isinstance(value, bool):
                     raise InvalidTypeError(f"batching must be a bool; got {value!r}")
@@ -73,16 +78,24 @@ class HTTPError(Exception):
 
 async def read_json(request: Any, limits: Limits) -> dict[str, Any]:
     """The request's JSON object, refused with 413 past ``max_body``, 400 if not JSON, 422 if not
-    an object."""
+    an object.
+
+    The body is read as it streams and refused as soon as it passes ``max_body``, so a chunked
+    upload without a Content-Length is never held past the limit.
+    """
     import json
 
     declared = request.headers.get("content-length")
-    too_large = "request body has {} bytes; the limit is max_body={}"
     if declared and declared.isdigit() and int(declared) > limits.max_body:
-        raise HTTPError(413, too_large.format(declared, limits.max_body), code="body_too_large")
-    raw = await request.body()
-    if len(raw) > limits.max_body:
-        raise HTTPError(413, too_large.format(len(raw), limits.max_body), code="body_too_large")
+        raise HTTPError(413, f"request body has {declared} bytes; the limit is max_body={limits.max_body}",
+                        code="body_too_large")
+    parts, size = [], 0
+    async for part in request.stream():
+        size += len(part)
+        if size > limits.max_body:
+            raise HTTPError(413, f"request body passed max_body={limits.max_body} bytes", code="body_too_large")
+        parts.append(part)
+    raw = b"".join(parts)
     try:
         body = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as exc:
@@ -106,8 +119,8 @@ def texts_field(body: dict[str, Any], field: str, limits: Limits, allow_single: 
     if len(value) > limits.max_texts:
         raise HTTPError(422, f"'{field}' holds {len(value)} texts; the limit is max_texts={limits.max_texts}", field)
     for i, text in enumerate(value):
-        if not text:
-            raise HTTPError(422, f"'{field}[{i}]' is an empty string", field)
+        if not text.strip():
+            raise HTTPError(422, f"'{field}[{i}]' is {'an empty string' if not text else 'only whitespace'}", field)
         if len(text) > limits.max_chars:
             raise HTTPError(422, f"'{field}[{i}]' has {len(text)} characters; the limit is "
                                  f"max_chars={limits.max_chars}", field)

@@ -1,8 +1,9 @@
-"""The service's endpoints. Each reads and checks its request, calls the library, and returns the
+"""The service's endpoints. Each checks its request's JSON body, calls the library, and returns the
 result's own ``to_dict()``: the same JSON that ``chunktree order|select --format json`` prints.
 
     POST /v1/embeddings  the OpenAI embeddings API shape (``input``: a string or list of strings;
-                         ``encoding_format``: ``float`` or ``base64``)
+                         ``encoding_format``: ``float`` or ``base64``; a ``model`` other than the
+                         served one's name or id is 404 ``model_not_found``)
     POST /v1/order       ``texts`` (+ ``query``, ``strategy``, ``root``)
     POST /v1/select      ``texts``, ``k`` (+ ``per_cluster``, ``balance``, ``seed``)
     GET  /health         200 once the model is loaded and warmed up, 503 before
@@ -15,46 +16,56 @@ import asyncio
 import base64
 from typing import Any
 
-from chunktree.apps.serve.batcher import BatchedEmbedder, Overloaded
-from chunktree.apps.serve.http import HTTPError, optional_field, read_json, texts_field
+from chunktree.apps.serve.batcher import BatchedEmbedder, Overloaded, QueueTimeout
+from chunktree.apps.serve.http import HTTPError, optional_field, texts_field
 from chunktree.apps.serve.service import Service
 from chunktree.checks import ChunktreeError
 from chunktree.engine.order import DEFAULT_STRATEGY, order
 from chunktree.engine.select import select
 
 
-def _overloaded(service: Service) -> HTTPError:
-    return HTTPError(503, f"the queue is full (max_queue={service.limits.max_queue} texts); retry shortly",
-                     code="queue_full", headers={"Retry-After": "1"})
+def _refused(exc: Overloaded | QueueTimeout) -> HTTPError:
+    """A refusal by the queue as a 503 that says when to retry."""
+    if isinstance(exc, Overloaded):
+        return HTTPError(503, str(exc), code=exc.code, headers={"Retry-After": str(exc.retry_after)})
+    return HTTPError(503, str(exc), code="queue_timeout", headers={"Retry-After": "1"})
 
 
 async def _run_library(service: Service, function: Any, *args: Any, **kwargs: Any) -> Any:
     """``function(*args, **kwargs)`` in a worker thread, embedding through the micro-batcher; its
-    input errors become 422, a full queue 503."""
-    embedder = BatchedEmbedder(service.embedder, service.batcher, asyncio.get_running_loop())
+    input errors become 422, refusals by the queue 503. If the request is abandoned, the thread's
+    next embedding stops it."""
+    loop = asyncio.get_running_loop()
+    embedder = BatchedEmbedder(service.embedder, service.batcher, loop)
     try:
         return await asyncio.to_thread(function, *args, embedder=embedder, **kwargs)
-    except Overloaded:
-        raise _overloaded(service) from None
+    except asyncio.CancelledError:
+        embedder.cancel()
+        raise
     except ChunktreeError as exc:
         raise HTTPError(422, str(exc)) from None
+    except (Overloaded, QueueTimeout) as exc:
+        raise _refused(exc) from None
 
 
-async def embeddings(service: Service, request: Any) -> Any:
+async def embeddings(service: Service, body: dict[str, Any]) -> Any:
     limits = service.limits
-    body = await read_json(request, limits)
     texts = texts_field(body, "input", limits, allow_single=True)
     fmt = optional_field(body, "encoding_format", str, "float")
     if fmt not in ("float", "base64"):
         raise HTTPError(422, f"'encoding_format' must be 'float' or 'base64'; got {fmt!r}", "encoding_format")
-    optional_field(body, "model", str, None)
+    model = optional_field(body, "model", str, None)
+    served = (service.embedder.name, service.embedder.model_id)
+    if model is not None and model not in served:
+        raise HTTPError(404, f"the model {model!r} is not served here; this server serves {served[0]!r} "
+                             f"(model id {served[1]!r})", "model", code="model_not_found")
     dims = optional_field(body, "dimensions", int, None)
     if dims is not None and dims != service.embedder.dim:
         raise HTTPError(422, f"'dimensions' must be {service.embedder.dim} for this model; got {dims}", "dimensions")
     try:
         vectors, counts = await service.batcher.embed(texts)
-    except Overloaded:
-        raise _overloaded(service) from None
+    except (Overloaded, QueueTimeout) as exc:
+        raise _refused(exc) from None
     tokens = int(counts.sum())
     data = []
     for i, v in enumerate(vectors):
@@ -64,8 +75,7 @@ async def embeddings(service: Service, request: Any) -> Any:
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
 
-async def order_endpoint(service: Service, request: Any) -> Any:
-    body = await read_json(request, service.limits)
+async def order_endpoint(service: Service, body: dict[str, Any]) -> Any:
     texts = texts_field(body, "texts", service.limits)
     query = optional_field(body, "query", str, None)
     strategy = optional_field(body, "strategy", str, DEFAULT_STRATEGY)
@@ -74,8 +84,7 @@ async def order_endpoint(service: Service, request: Any) -> Any:
     return result.to_dict()
 
 
-async def select_endpoint(service: Service, request: Any) -> Any:
-    body = await read_json(request, service.limits)
+async def select_endpoint(service: Service, body: dict[str, Any]) -> Any:
     texts = texts_field(body, "texts", service.limits)
     k = optional_field(body, "k", int, None)
     if k is None:
@@ -88,4 +97,3 @@ async def select_endpoint(service: Service, request: Any) -> Any:
 
 
 POST = {"/v1/embeddings": embeddings, "/v1/order": order_endpoint, "/v1/select": select_endpoint}
-

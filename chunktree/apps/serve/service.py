@@ -25,6 +25,8 @@ class Metrics:
         self.batch_size = Histogram("chunktree_batch_size", "Texts per model call", registry=self.registry,
                                     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256))
         self.queue_depth = Gauge("chunktree_queue_depth", "Texts waiting for the model", registry=self.registry)
+        self.dropped = Counter("chunktree_dropped_requests", "Embedding requests not run, by reason "
+                               "(queue_full, admission, deadline, abandoned)", ["reason"], registry=self.registry)
 
 
 class Service:
