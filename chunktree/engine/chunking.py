@@ -19,6 +19,7 @@ chunk of the default 256 tokens fills exactly one window of all-MiniLM-L6-v2.
 from __future__ import annotations
 
 import bisect
+import logging
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -28,6 +29,8 @@ import numpy as np
 from chunktree.checks import InvalidValueError, integer
 from chunktree.engine.documents import Document
 from chunktree.progress import progress as progress_counter
+
+log = logging.getLogger(__name__)
 
 DEFAULT_CHUNK_TOKENS = 256
 DEFAULT_OVERLAP_TOKENS = 32
@@ -40,6 +43,9 @@ PIECE_CHARS = 1 << 16
 PIECES_PER_PASS = 16
 # Progress is shown for inputs of at least this many characters.
 PROGRESS_CHARS = 4_000_000
+# A document with at least this share of unknown tokens (and UNKNOWN_MIN_TOKENS of them) gets a warning.
+UNKNOWN_SHARE = 0.1
+UNKNOWN_MIN_TOKENS = 8
 
 _SENTENCE_ENDS = np.array([ord(c) for c in ".!?…。！？"], dtype=np.uint32)
 _UNSPACED_ENDS = np.array([ord(c) for c in "。！？"], dtype=np.uint32)  # end a sentence with no space after
@@ -146,11 +152,16 @@ def _tokens(doc: Document, tokenizer: Any, bar: Any) -> tuple[np.ndarray, np.nda
     dtype = np.int32 if len(text) < 2**31 else np.int64
     pieces = list(_pieces(text))
     headings = np.array([offset for offset, _ in doc.headings], dtype=np.int64)
+    unknown_token = getattr(tokenizer.model, "unk_token", None)
+    unknown_id = tokenizer.token_to_id(unknown_token) if unknown_token else None
+    unknown = 0
     starts, ends, levels = [], [], []
     for p in range(0, len(pieces), PIECES_PER_PASS):
         group = pieces[p:p + PIECES_PER_PASS]
         encodings = tokenizer.encode_batch([text[s:e] for s, e in group], add_special_tokens=False)
         offsets = [np.asarray(enc.offsets, dtype=dtype) + s for (s, _), enc in zip(group, encodings) if enc.offsets]
+        if unknown_id is not None:
+            unknown += sum(enc.ids.count(unknown_id) for enc in encodings)
         bar.update(group[-1][1] - group[0][0])
         if not offsets:
             continue
@@ -165,6 +176,12 @@ def _tokens(doc: Document, tokenizer: Any, bar: Any) -> tuple[np.ndarray, np.nda
         levels.append(local[new])
     if not starts:
         return np.zeros(0, dtype), np.zeros(0, dtype), np.zeros(0, np.int8)
+    n = sum(map(len, starts))
+    if unknown >= UNKNOWN_MIN_TOKENS and unknown >= UNKNOWN_SHARE * n:
+        log.warning("%s: %d of its %d tokens (%.0f%%) are unknown to the embedding model's vocabulary (%s): "
+                    "their meaning is lost. The default model reads English; for other languages export a "
+                    "multilingual model (README, 'Languages')", doc.source, unknown, n, 100 * unknown / n,
+                    unknown_token)
     return np.concatenate(starts), np.concatenate(ends), np.concatenate(levels)
 
 

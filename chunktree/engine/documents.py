@@ -1,7 +1,7 @@
 """Read files into documents: plain text plus where its pages and headings start.
 
-Supported inputs: ``.txt``, ``.md``/``.markdown``, ``.pdf`` (pypdf), ``.html``/``.htm`` and
-``.jsonl`` (one document per line: ``text``, optional ``id``, any other keys kept as metadata),
+Supported inputs: ``.txt``, ``.md``/``.markdown``, ``.pdf`` (pypdf), ``.html``/``.htm`` (the
+page's main content, as Markdown, by trafilatura) and ``.jsonl`` (one document per line: ``text``, optional ``id``, any other keys kept as metadata),
 given as files or folders (searched recursively, in sorted order). Every problem — an empty,
 binary, undecodable or unreadable file, a bad JSONL line — raises ``DocumentError`` naming the file.
 """
@@ -15,7 +15,6 @@ import logging
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from html.parser import HTMLParser
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -213,61 +212,18 @@ def _read_pdf(path: Path, data: bytes) -> Document:
     return Document(str(path), text, "text", page_starts=tuple(starts))
 
 
-class _HTMLText(HTMLParser):
-    """Visible text of an HTML page; block elements become line breaks, h1–h6 become headings."""
-
-    _SKIP = {"script", "style", "noscript", "template", "head"}
-    _BLOCK = {"p", "div", "br", "li", "ul", "ol", "tr", "table", "section", "article", "header",
-              "footer", "blockquote", "pre", "h1", "h2", "h3", "h4", "h5", "h6", "title", "hr"}
-    _HEADING = {"h1", "h2", "h3", "h4", "h5", "h6"}
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.parts: list[str] = []
-        self.length = 0
-        self.headings: list[tuple[int, str]] = []
-        self._skip_depth = 0
-        self._heading: tuple[int, list[str]] | None = None
-
-    def _emit(self, s: str) -> None:
-        self.parts.append(s)
-        self.length += len(s)
-
-    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
-        if tag in self._SKIP:
-            self._skip_depth += 1
-        elif tag in self._BLOCK:
-            self._emit("\n")
-            if tag in self._HEADING:
-                self._heading = (self.length, [])
-
-    def handle_endtag(self, tag: str) -> None:
-        if tag in self._SKIP:
-            self._skip_depth = max(0, self._skip_depth - 1)
-        elif tag in self._BLOCK:
-            if tag in self._HEADING and self._heading is not None:
-                title = " ".join("".join(self._heading[1]).split())
-                if title:
-                    self.headings.append((self._heading[0], title))
-                self._heading = None
-            self._emit("\n")
-
-    def handle_data(self, data: str) -> None:
-        if self._skip_depth:
-            return
-        self._emit(data)
-        if self._heading is not None:
-            self._heading[1].append(data)
-
-
 def _read_html(path: Path, html: str) -> Document:
-    parser = _HTMLText()
-    parser.feed(html)
-    parser.close()
-    text = "".join(parser.parts)
-    if not text.strip():
+    """The page's main content as Markdown (trafilatura, leaning to recall): navigation, headers and
+    footers left out, block elements on lines of their own, headings as ``#`` lines, emphasis as
+    ``**``."""
+    import trafilatura
+
+    text = trafilatura.extract(html, output_format="markdown", include_formatting=True, include_tables=True,
+                               include_links=False, include_images=False, include_comments=False,
+                               favor_recall=True)
+    if not (text or "").strip():
         raise DocumentError(f"{path}: HTML page has no visible text")
-    return Document(str(path), text, "text", headings=tuple(parser.headings))
+    return _text_document(str(path), text, "markdown")
 
 
 def sample_documents() -> list[Document]:

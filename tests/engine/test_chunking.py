@@ -210,3 +210,14 @@ def test_progress_lines_when_stderr_is_not_a_terminal(tokenizer, monkeypatch, ca
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) >= 5 and all(line.startswith("chunk: ") and " char " in line for line in lines)
     assert lines[-1].startswith(f"chunk: {len(text) / 1000:.1f}k/{len(text) / 1000:.1f}k char (100%)")
+
+
+@pytest.mark.parametrize("text, warned", [
+    ("我们今天去公园散步，天气很好。" * 20, True),  # 60% [UNK]
+    ("🙂🎉🚀🐳 " * 30, True),
+    ("Call me Ishmael. Some years ago, never mind how long precisely. " * 20, False),
+])
+def test_a_document_the_vocabulary_does_not_cover_is_named_in_a_warning(tokenizer, caplog, text, warned):
+    with caplog.at_level("WARNING"):
+        chunk_documents([Document("mem://lang", text)], tokenizer)
+    assert ("mem://lang:" in caplog.text and "unknown to the embedding model's vocabulary ([UNK])" in caplog.text) == warned

@@ -46,10 +46,10 @@ def test_html_visible_text_and_headings(tmp_path):
             "<script>var x=1;</script><p>Call me <b>Ishmael</b>.</p><h2>Next</h2><p>More.</p></body></html>")
     (tmp_path / "p.html").write_text(html, encoding="utf-8")
     (doc,) = read_file(tmp_path / "p.html")
-    assert "Call me Ishmael." in doc.text and "var x" not in doc.text and "p{}" not in doc.text
+    assert "Call me **Ishmael**." in doc.text and "var x" not in doc.text and "p{}" not in doc.text
     assert [h for _, h in doc.headings] == ["Moby & Dick", "Next"]
     for offset, heading in doc.headings:
-        assert doc.text[offset:offset + len(heading)] == heading
+        assert doc.text[offset:].split("\n", 1)[0].lstrip("# ") == heading
 
 
 def test_jsonl_records(tmp_path):
@@ -126,3 +126,32 @@ def test_sample_corpus():
     assert docs[0].source == "sample:moby-dick#chapter_1" and docs[0].text.startswith("Call me Ishmael.")
     assert docs[0].headings == ((0, "Loomings."),)
     assert sum(len(d.text.split()) for d in docs) > 200_000
+
+
+HANDBOOK_PAGE = """<!DOCTYPE html><html><head><title>11.5. Samba Server</title><script>var x=1;</script></head><body>
+<div class="navheader"><table width="100%"><tr><td><a href="index.html">Download the ebook</a></td></tr>
+<tr><td><a href="prev.html">Prev</a></td><th>Chapter 11. Network Services</th><td><a href="next.html">Next</a></td>
+</tr></table></div>
+<div class="section"><h2 class="title">11.5. Samba Server</h2>{body}
+<div class="toc"><dl><dt><a href="a.html">11.5.1. Samba Server</a></dt><dd>Configuring with debconf.</dd>
+<dt><a href="b.html">11.5.2. Samba Client</a></dt></dl></div>
+<h3>11.5.1. Configuring with debconf</h3>{body}<ul><li>First item of the list.</li><li>Second item.</li></ul></div>
+<div class="navfooter"><table><tr><td><a href="prev.html">Prev</a></td><td><a href="up.html">Up</a></td>
+<td><a href="next.html">Next</a></td></tr><tr><td>11.4. Setting Up a DNS</td><td><a href="index.html">Home</a></td>
+<td>11.6. HTTP Proxy</td></tr></table></div></body></html>"""
+
+
+def test_html_main_content_without_navigation(tmp_path):
+    """A page shaped like the Debian handbook's: navigation above and below, a table of contents
+    in <dl>, headings, a list."""
+    body = "".join(f"<p>Samba shares files and printers with Windows machines, paragraph {i}, and it needs "
+                   "a workgroup name that the office network agrees on.</p>" for i in range(4))
+    (tmp_path / "samba.html").write_text(HANDBOOK_PAGE.format(body=body), encoding="utf-8")
+    (doc,) = read_file(tmp_path / "samba.html")
+    for boilerplate in ("Download the ebook", "Prev", "Next", "Home", "11.6. HTTP Proxy", "var x"):
+        assert boilerplate not in doc.text
+    assert [h for _, h in doc.headings] == ["11.5. Samba Server", "11.5.1. Configuring with debconf"]
+    lines = doc.text.splitlines()
+    assert "- First item of the list." in lines and "- Second item." in lines
+    assert not any("Server11.5" in line or "Client11" in line for line in lines)  # blocks do not run together
+    assert doc.text.count("paragraph 3") == 2
