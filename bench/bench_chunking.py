@@ -60,12 +60,21 @@ def test_chunking(benchmark, results, tokenizer, monkeypatch, shape, cores):
         monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
     text = SHAPES[shape]
     doc = Document("mem://bench", text)
-    chunks = benchmark.pedantic(chunking.chunk_documents, args=([doc], tokenizer), rounds=2, iterations=1)
     pieces = [text[s:e] for s, e in chunking._pieces(text)]
-    t0 = time.perf_counter()
-    tokenizer.encode_batch(pieces, add_special_tokens=False)
-    tokenize_s = time.perf_counter() - t0
-    results["chunking"][(shape, cores)] = (_mb_s(text, benchmark.stats["min"]), _mb_s(text, tokenize_s), len(chunks))
+
+    def chunk_then_tokenize():  # the floor measured in every round, beside the chunking
+        t0 = time.perf_counter()
+        tokenizer.encode_batch(pieces, add_special_tokens=False)
+        tokenize_s.append(time.perf_counter() - t0)
+        return chunking.chunk_documents([doc], tokenizer)
+
+    tokenize_s = []
+    benchmark.extra_info["note"] = "each round also times one tokenizer pass, excluded by subtracting below"
+    chunks = benchmark.pedantic(chunk_then_tokenize, rounds=3, iterations=1)
+    rounds = benchmark.stats.stats.data
+    chunk_s = min(r - t for r, t in zip(rounds, tokenize_s))
+    tokenize_s = min(tokenize_s)
+    results["chunking"][(shape, cores)] = (_mb_s(text, chunk_s), _mb_s(text, tokenize_s), len(chunks))
 
 
 def test_semantic_text_splitter_reference(results, tokenizer):
