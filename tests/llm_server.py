@@ -12,6 +12,7 @@ The requested ``model`` picks the behaviour:
   the first line of its text part as the conclusion and keeps it from then on; the manager answers
   the conclusion. Its answer is the first chunk it read, so the order decides it. Each reply takes
   20 ms, so concurrent requests overlap (``max_in_flight`` counts them).
+- ``judge-new``, ``judge-0``: a topic judge answering ``{"topic": "new"}`` / ``{"topic": 0}``.
 """
 
 from __future__ import annotations
@@ -100,6 +101,9 @@ class LLMServer:
                     text = "{not json"
                 elif model == "first-read":
                     text = _first_read_reply(messages)
+                elif model.startswith("judge-"):
+                    topic = model.removeprefix("judge-")
+                    text = json.dumps({"topic": topic if topic == "new" else int(topic)})
                 else:
                     text = _memory_reply(messages[:2])
                 reply = {"id": f"r{count}", "object": "chat.completion", "model": model,

@@ -145,6 +145,43 @@ def build_parser() -> argparse.ArgumentParser:
     cache.add_argument("--no-cache", action="store_true", help="do not use the embedding cache")
     p.set_defaults(func=cmd_eval_order)
 
+    p = sub.add_parser("track", help="keep a dialogue as a forest of topic trees",
+                       description="Place each turn of a dialogue in a forest of topic trees (continue, branch, "
+                                   "switch topic, new topic), print every decision and the forest, and optionally "
+                                   "the context the last turn would get. DIALOGUE.jsonl: one turn per line, "
+                                   "'user' (required), 'assistant' and 'conversation' (optional; one forest each).")
+    p.add_argument("dialogue", type=Path, metavar="DIALOGUE.jsonl")
+    p.add_argument("--format", choices=("text", "json", "jsonl"), default="text",
+                   help="text; json: decisions, forest and context per conversation; jsonl: one decision per line")
+    p.add_argument("--budget-tokens", type=int, default=None,
+                   help="print the context the last turn of each conversation would get, within N tokens")
+    p.add_argument("--save", type=Path, default=None, metavar="FOLDER",
+                   help="write each conversation's forest to FOLDER/<conversation>.json")
+    p.add_argument("--llm-base-url", default=None,
+                   help="ask this OpenAI-compatible server which topic an uncertain turn belongs to")
+    p.add_argument("--llm-model", default=None, help="the judge's model name")
+    p.add_argument("--model", default=DEFAULT_MODEL.name, help="embedding model name or .onnx file")
+    cache = p.add_mutually_exclusive_group()
+    cache.add_argument("--cache", type=Path, default=None, help="embedding cache file")
+    cache.add_argument("--no-cache", action="store_true", help="do not use the embedding cache")
+    p.set_defaults(func=cmd_track)
+
+    p = sub.add_parser("eval-track", help="measure the topic forest on dialogues stitched from CoQA",
+                       description="Stitch dialogues from CoQA stories (interleaved, with returns), run the topic "
+                                   "forest and report topic assignment, boundary F1, Pk, WindowDiff, return "
+                                   "accuracy and context tokens and recall against baselines, with 95%% intervals.")
+    p.add_argument("data", type=Path, metavar="COQA.json")
+    p.add_argument("--dialogues", type=int, default=30, help="dialogues per length (default %(default)s)")
+    p.add_argument("--lengths", type=int, nargs="+", default=[20, 40, 80], help="turns per dialogue")
+    p.add_argument("--seed", type=int, default=0, help="seed of the stitching (default %(default)s)")
+    p.add_argument("--calibrate", action="store_true",
+                   help="search the thresholds on the first half of the stories instead of evaluating")
+    p.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
+    cache = p.add_mutually_exclusive_group()
+    cache.add_argument("--cache", type=Path, default=None, help="embedding cache file")
+    cache.add_argument("--no-cache", action="store_true", help="do not use the embedding cache")
+    p.set_defaults(func=cmd_eval_track)
+
     p = sub.add_parser("serve", help="run the HTTP service (OpenAI-compatible embeddings, order, select)",
                        description="Serve POST /v1/embeddings (OpenAI API shape), /v1/order and /v1/select, "
                                    "GET /health and /metrics, with micro-batching of concurrent requests.")
@@ -407,6 +444,99 @@ def cmd_eval_order(args: argparse.Namespace) -> int:
         args.json.write_text(json.dumps({k: v for k, v in result.items() if k != "records"}, indent=1,
                                         ensure_ascii=False), encoding="utf-8")
         print(f"\nwrote {args.json}")
+    return 0
+
+
+def _read_dialogue(path: Path) -> dict[str, list[tuple[str, str | None]]]:
+    """Turns by conversation, in file order; every line checked before anything is embedded."""
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidValueError(f"{path}: cannot read the dialogue ({exc})") from None
+    conversations: dict[str, list[tuple[str, str | None]]] = {}
+    for number, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            turn = json.loads(line)
+        except ValueError as exc:
+            raise InvalidValueError(f"{path}:{number}: invalid JSON ({exc})") from None
+        if not isinstance(turn, dict) or not isinstance(turn.get("user"), str) or not turn["user"].strip():
+            raise InvalidValueError(f"{path}:{number}: a turn must be a JSON object with a non-empty 'user' string")
+        assistant = turn.get("assistant")
+        if assistant is not None and not isinstance(assistant, str):
+            raise InvalidValueError(f"{path}:{number}: 'assistant' must be a string; got {type(assistant).__name__}")
+        conversations.setdefault(str(turn.get("conversation", "default")), []).append((turn["user"], assistant))
+    if not conversations:
+        raise InvalidValueError(f"{path}: holds no turns")
+    return conversations
+
+
+def cmd_track(args: argparse.Namespace) -> int:
+    from chunktree.models.embedder import Embedder
+    from chunktree.track import Forest
+
+    if args.budget_tokens is not None and args.budget_tokens < 1:
+        raise InvalidValueError(f"--budget-tokens must be >= 1; got {args.budget_tokens}")
+    conversations = _read_dialogue(args.dialogue)
+    if args.save is not None:
+        _check_output_folder(args.save / "x.json")
+    llm = None
+    if args.llm_base_url or args.llm_model:
+        from chunktree.engine.read import ChatClient
+
+        llm = ChatClient(args.llm_base_url, args.llm_model)
+    embedder, cache = Embedder(args.model), _open_cache(args)
+    out: dict[str, Any] = {}
+    for name, turns in conversations.items():
+        forest = Forest(embedder, cache=cache, llm=llm)
+        decisions = []
+        for index, (user, assistant) in enumerate(turns):
+            d = forest.add(user, assistant)
+            decisions.append(d.to_dict())
+            if args.format == "jsonl":
+                print(json.dumps({"conversation": name, "turn": index, **d.to_dict()}, ensure_ascii=False))
+            elif args.format == "text":
+                fits = ", ".join(f"topic {c.tree} {c.fit:.2f}" for c in d.candidates[:3])
+                where = "a new tree" if d.parent is None else f"after #{d.parent}"
+                print(f"[{name}] turn {index}: {d.action} -> topic {d.tree}, {where} ({d.rule}"
+                      f"{'; fit ' + fits if fits else ''}){' [LLM asked]' if d.llm else ''}")
+        context = forest.context(args.budget_tokens) if args.budget_tokens is not None else None
+        if args.save is not None:
+            forest.save(args.save / f"{name}.json")
+        if args.format == "text":
+            print(forest.show())
+            if context is not None:
+                print(f"context for the next turn: {context.tokens} tokens, {len(context.turns)} turns verbatim"
+                      f"{', cut to the budget' if context.cut else ''}")
+                for m in context.messages:
+                    print(f"  {m['role']}: {_snippet(m['content'], 160)}")
+        out[name] = {"decisions": decisions, "forest": {k: v for k, v in forest.to_dict().items() if k != "vectors"},
+                     "context": None if context is None else context.to_dict()}
+    if args.format == "json":
+        print(json.dumps({"conversations": out}, ensure_ascii=False, indent=1))
+    return 0
+
+
+def cmd_eval_track(args: argparse.Namespace) -> int:
+    from chunktree.engine.inputs import default_embedder
+    from chunktree.track.evaluate import calibrate, evaluate, format_report
+
+    if args.dialogues < 1:
+        raise InvalidValueError(f"--dialogues must be >= 1; got {args.dialogues}")
+    if any(n < 2 for n in args.lengths):
+        raise InvalidValueError(f"--lengths must all be >= 2; got {args.lengths}")
+    if args.calibrate:
+        result = calibrate(args.data, embedder=default_embedder(), cache=_open_cache(args), dialogues=args.dialogues,
+                           length=args.lengths[0], seed=args.seed, progress=_progress(args))
+        for row in result["top"]:
+            print(json.dumps(row))
+    else:
+        result = evaluate(args.data, embedder=default_embedder(), cache=_open_cache(args), dialogues=args.dialogues,
+                          lengths=tuple(args.lengths), seed=args.seed, progress=_progress(args))
+        print(format_report(result))
+    if args.json:
+        args.json.write_text(json.dumps(result, indent=1, default=str), encoding="utf-8")
     return 0
 
 

@@ -296,3 +296,30 @@ def test_eval_order_with_an_llm_reader(tmp_path, cli):
     report = json.loads(out.read_text())
     assert report["summary"]["all"]["orders"]["dense"]["em"]["mean"] == 1.0
     assert report["tokens"]["calls"] == len(report["orders"]) * 2  # one worker call and the manager per read
+
+
+def test_track_prints_decisions_the_forest_and_the_context(tmp_path, cli):
+    turns = [{"user": "Why did Captain Ahab hunt the white whale Moby Dick across the oceans?", "assistant": "Revenge."},
+             {"user": "and what colour was it?", "assistant": "White."},
+             {"user": "How long should sourdough bread dough rise before baking in the oven?"},
+             {"user": "Which flour gives the crispiest crust for a sourdough loaf?", "conversation": "other"}]
+    path = tmp_path / "dialogue.jsonl"
+    path.write_text("\n".join(json.dumps(t) for t in turns) + "\n", encoding="utf-8")
+    r = cli("track", path, "--budget-tokens", 200, "--no-cache", "--save", tmp_path / "forests")
+    assert r.returncode == 0, r.stderr
+    assert "[default] turn 0: new_topic -> topic 0, a new tree (first turn)" in r.stdout
+    assert "[default] turn 1: continue -> topic 0, after #0 (no topic of its own" in r.stdout
+    assert "[default] turn 2: new_topic -> topic 1" in r.stdout and "[other] turn 0: new_topic" in r.stdout
+    assert "context for the next turn:" in r.stdout and "topic 0 (2 turns)" in r.stdout
+    assert (tmp_path / "forests" / "default.json").is_file() and (tmp_path / "forests" / "other.json").is_file()
+    r = cli("track", path, "--format", "jsonl", "--no-cache")
+    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    assert [(row["conversation"], row["action"]) for row in rows] == [
+        ("default", "new_topic"), ("default", "continue"), ("default", "new_topic"), ("other", "new_topic")]
+
+
+def test_track_names_a_bad_line_before_any_work(tmp_path, cli):
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"user": "fine"}\n{"assistant": "no user"}\n', encoding="utf-8")
+    r = cli("track", path, "--no-cache")
+    assert r.returncode == 2 and f"{path}:2: a turn must be a JSON object with a non-empty 'user' string" in r.stderr

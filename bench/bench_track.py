@@ -1,0 +1,80 @@
+"""Topic forest: time to place one turn in conversations of 10, 100 and 1,000 turns, embedding
+excluded (precomputed vectors, the decision alone) and included (``Forest.add``: the model embeds
+the turn). The conversation's topics are synthetic: 20 topics, the topic changing every 2-6 turns.
+
+    python -m pytest bench/bench_track.py
+
+Goal (reported, not asserted): p50 <= 5 ms per decision at 1,000 turns, embedding excluded.
+"""
+
+import time
+
+import numpy as np
+import pytest
+from conftest import summary
+from synthetic import clustered_unit_vectors
+
+from chunktree import Embedder
+from chunktree.track import Forest
+
+SIZES = (10, 100, 1000)
+TIMED = 50
+
+
+@pytest.fixture(scope="module")
+def embedder():
+    e = Embedder()
+    e.warmup()
+    return e
+
+
+def conversation(n, seed=0):
+    """n + TIMED vectors whose topic changes every 2-6 turns, and a text for each."""
+    rng = np.random.default_rng(seed)
+    pool = clustered_unit_vectors(20 * 400, topics=20, shared=0.0, noise=0.5, seed=seed).reshape(20, 400, -1)
+    topic, left, rows = 0, 0, []
+    for i in range(n + TIMED):
+        if left == 0:
+            topic, left = int(rng.integers(20)), int(rng.integers(2, 7))
+        rows.append(pool[topic, i % 400])
+        left -= 1
+    return np.array(rows), [f"Turn {i} about topic words {i % 7} and more." for i in range(n + TIMED)]
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_decision_without_embedding(results, embedder, n):
+    vectors, texts = conversation(n)
+    forest = Forest(embedder)
+    for i in range(n):
+        forest._place(texts[i], None, vectors[i], vectors[i])
+    times = []
+    for i in range(n, n + TIMED):
+        t0 = time.perf_counter()
+        forest._place(texts[i], None, vectors[i], vectors[i])
+        times.append(time.perf_counter() - t0)
+    results["track"][("decision", n)] = (float(np.median(times)), float(np.percentile(times, 99)), len(forest.trees))
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_add_with_embedding(results, embedder, n):
+    vectors, texts = conversation(n)
+    forest = Forest(embedder)
+    for i in range(n):
+        forest._place(texts[i], None, vectors[i], vectors[i])
+    times = []
+    for i in range(n, n + TIMED):
+        t0 = time.perf_counter()
+        forest.add(f"A new question number {i} about the whale and the ship?", "An answer.")
+        times.append(time.perf_counter() - t0)
+    results["track"][("add", n)] = (float(np.median(times)), float(np.percentile(times, 99)), len(forest.trees))
+
+
+@summary
+def _report(results):
+    r = results.get("track", {})
+    lines = []
+    for (kind, n), (p50, p99, trees) in sorted(r.items(), key=lambda kv: (kv[0][0], kv[0][1])):
+        what = "decision, embedding excluded" if kind == "decision" else "add(), embedding included"
+        lines.append(f"track {what:30s} at {n:>5} turns: p50 {p50 * 1e3:.2f} ms, p99 {p99 * 1e3:.2f} ms "
+                     f"({trees} trees)")
+    return lines

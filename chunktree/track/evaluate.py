@@ -1,0 +1,230 @@
+"""``chunktree eval-track``: the topic forest on dialogues with a known topic structure.
+
+Dialogues are stitched from CoQA (conversational questions about a source story, with answers):
+stretches of 2-6 turns about different stories, interleaved, with returns to earlier stories
+(A A A B B A C C B ...), seeded. The gold topic of a turn is its story. Stories are split in two
+halves by position in the file: ``--calibrate`` searches the decider's thresholds on the first,
+the evaluation uses the second.
+
+Measured per dialogue, then averaged with 95% bootstrap intervals over dialogues:
+- topic assignment: turns whose tree maps to their story (trees mapped to stories by majority);
+- boundaries: precision, recall and F1 of topic changes (a turn in another tree than the last);
+  Pk and WindowDiff (k = half the mean gold stretch);
+- returns: a return to an earlier story resumes the tree that story's last turn is in;
+- context after each turn: its tokens against the full history's, and the share of the current
+  story's earlier turns it holds verbatim (recall); with the baselines full history, the last N
+  turns, and the top-k earlier turns by similarity.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from chunktree.checks import InvalidValueError, integer
+from chunktree.engine.cache import EmbeddingCache
+from chunktree.engine.embedding import embed_texts
+from chunktree.engine.evaluate.stats import bootstrap
+from chunktree.progress import tracked
+from chunktree.track.decide import Thresholds
+from chunktree.track.forest import Forest
+
+LENGTHS = (20, 40, 80)
+BASELINE_TURNS = 8  # the last-N and top-k baselines keep this many earlier turns
+
+
+@dataclass(frozen=True)
+class Turn:
+    user: str
+    assistant: str
+    story: int
+
+
+def load_coqa(path: str | Path) -> list[list[tuple[str, str]]]:
+    """Each story's (question, answer) turns, in the file's order."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))["data"]
+        stories = []
+        for record in data:
+            answers = {a["turn_id"]: a["input_text"] for a in record["answers"]}
+            stories.append([(q["input_text"], answers.get(q["turn_id"], "")) for q in record["questions"]])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise InvalidValueError(f"{path}: not a CoQA JSON file ({type(exc).__name__}: {exc})") from None
+    return [s for s in stories if len(s) >= 2]
+
+
+def stitch(stories: list[list[tuple[str, str]]], length: int, seed: int, p_return: float = 0.4) -> list[Turn]:
+    """A dialogue of ``length`` turns: stretches of 2-6 turns, each from a new story or (with
+    ``p_return``) a return to an unfinished earlier one, never the same story twice in a row."""
+    rng = np.random.default_rng(seed)
+    order = rng.permutation(len(stories)).tolist()
+    cursor: dict[int, int] = {}
+    turns: list[Turn] = []
+    current = None
+    while len(turns) < length:
+        open_ = [s for s, c in cursor.items() if c < len(stories[s]) and s != current]
+        if open_ and rng.random() < p_return:
+            story = open_[int(rng.integers(len(open_)))]
+        else:
+            if not order:
+                break
+            story = order.pop()
+        stretch = int(rng.integers(2, 7))
+        start = cursor.get(story, 0)
+        for q, a in stories[story][start:start + stretch]:
+            turns.append(Turn(q, a, story))
+        cursor[story] = min(len(stories[story]), start + stretch)
+        current = story
+    return turns[:length]
+
+
+def _segmentation_errors(gold: np.ndarray, pred: np.ndarray, k: int) -> tuple[float, float]:
+    """Pk and WindowDiff of the boundary sequences (1 where a turn starts a new segment)."""
+    n = len(gold)
+    if n <= k:
+        return 0.0, 0.0
+    g, p = np.cumsum(gold), np.cumsum(pred)
+    gk, pk = g[k:] - g[:-k], p[k:] - p[:-k]
+    return float(np.mean((gk > 0) != (pk > 0))), float(np.mean(gk != pk))
+
+
+def score_dialogue(turns: list[Turn], trees: list[int], contexts: list[tuple[list[int], int]],
+                   vectors: np.ndarray, tokens: np.ndarray) -> dict[str, float]:
+    """The metrics of one dialogue. ``contexts[i]``: (turn indices held verbatim, tokens) after turn i;
+    ``tokens[i]``: turn i's tokens (user and assistant)."""
+    stories = np.array([t.story for t in turns])
+    pred = np.array(trees)
+    out: dict[str, float] = {}
+    mapping = {tr: np.bincount(stories[pred == tr]).argmax() for tr in set(trees)}
+    out["assignment"] = float(np.mean([mapping[tr] == s for tr, s in zip(trees, stories)]))
+    gold_b = np.r_[0, stories[1:] != stories[:-1]].astype(int)
+    pred_b = np.r_[0, pred[1:] != pred[:-1]].astype(int)
+    tp = int((gold_b & pred_b).sum())
+    precision = tp / pred_b.sum() if pred_b.sum() else 1.0
+    recall = tp / gold_b.sum() if gold_b.sum() else 1.0
+    out.update(boundary_precision=precision, boundary_recall=recall,
+               boundary_f1=2 * precision * recall / (precision + recall) if precision + recall else 0.0)
+    k = max(1, int(round(len(turns) / (gold_b.sum() + 1) / 2)))
+    out["pk"], out["windowdiff"] = _segmentation_errors(gold_b, pred_b, k)
+    returns, last_turn = [], {}
+    for i, s in enumerate(stories):
+        if i and s != stories[i - 1] and s in last_turn:
+            returns.append(pred[i] == pred[last_turn[s]])
+        last_turn[s] = i
+    out["return_accuracy"] = float(np.mean(returns)) if returns else float("nan")
+    full = np.cumsum(tokens)
+    rows: dict[str, list[tuple[float, float]]] = {"forest": [], "last_n": [], "top_k": [], "full": []}
+    for i in range(1, len(turns)):
+        earlier = set(np.flatnonzero(stories[:i] == stories[i]).tolist())
+        held = {
+            "forest": (set(contexts[i][0]), contexts[i][1]),
+            "last_n": (set(range(max(0, i - BASELINE_TURNS), i + 1)), None),
+            "top_k": (set(np.argsort(-(vectors[:i] @ vectors[i]))[:BASELINE_TURNS].tolist()) | {i}, None),
+            "full": (set(range(i + 1)), None),
+        }
+        for name, (kept, cost) in held.items():
+            cost = int(tokens[sorted(kept)].sum()) if cost is None else cost
+            recall_i = len(kept & earlier) / len(earlier) if earlier else float("nan")
+            rows[name].append((cost / full[i], recall_i))
+    for name, values in rows.items():
+        arr = np.array(values, dtype=np.float64)
+        out[f"{name}_tokens"] = float(np.nanmean(arr[:, 0]))
+        out[f"{name}_recall"] = float(np.nanmean(arr[:, 1]))
+    return out
+
+
+def _embed_dialogues(dialogues: list[list[Turn]], embedder: Any, cache: EmbeddingCache | None,
+                     progress: bool) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    texts = [t for d in dialogues for turn in d for t in (turn.user, f"{turn.user}\n{turn.assistant}")]
+    vectors, _ = embed_texts(texts, embedder, cache, progress=progress)
+    counts = embedder.count_tokens([t for d in dialogues for turn in d for t in (turn.user, turn.assistant)])
+    out, start = [], 0
+    for d in dialogues:
+        n = len(d)
+        v, c = vectors[2 * start:2 * (start + n)], counts[2 * start:2 * (start + n)]
+        out.append((v[0::2], v[1::2], c[0::2] + c[1::2]))
+        start += n
+    return out
+
+
+def run_forest(turns: list[Turn], user_vectors: np.ndarray, node_vectors: np.ndarray, embedder: Any,
+               thresholds: Thresholds, with_context: bool = True) -> tuple[list[int], list[tuple[list[int], int]]]:
+    """Place every turn (with precomputed vectors); each turn's tree and the context after it."""
+    forest = Forest(embedder, thresholds=thresholds)
+    trees, contexts = [], []
+    for i, turn in enumerate(turns):
+        decision = forest._place(turn.user, turn.assistant, user_vectors[i], node_vectors[i])
+        trees.append(decision.tree)
+        if with_context:
+            c = forest.context()
+            contexts.append((c.turns, c.tokens))
+    return trees, contexts
+
+
+def calibrate(path: str | Path, *, embedder: Any, cache: EmbeddingCache | None = None, dialogues: int = 30,
+              length: int = 40, seed: int = 0, progress: bool = False) -> dict[str, Any]:
+    """Grid search of the thresholds on the first half of the stories: the setting with the best
+    mean of boundary F1 and return accuracy."""
+    stories = load_coqa(path)
+    half = stories[:len(stories) // 2]
+    made = [stitch(half, length, seed * 1000 + i) for i in range(dialogues)]
+    embedded = _embed_dialogues(made, embedder, cache, progress)
+    grid = list(itertools.product((0.15, 0.2, 0.25, 0.3, 0.35), (0.0, 0.05, 0.1, 0.15, 0.2),
+                                  (0.05, 0.1, 0.2, 0.3), (0, 1, 2)))
+    results = []
+    for new_topic, switch, ret, words in tracked(grid, len(grid), "calibrate", "setting", enabled=progress):
+        t = Thresholds(new_topic=new_topic, switch_margin=switch, return_margin=ret, dependent_words=words)
+        f1, acc = [], []
+        for turns, (u, v, c) in zip(made, embedded):
+            trees, _ = run_forest(turns, u, v, embedder, t, with_context=False)
+            m = score_dialogue(turns, trees, [([], 0)] * len(turns), u, c)
+            f1.append(m["boundary_f1"])
+            acc.append(m["return_accuracy"])
+        results.append({"new_topic": new_topic, "switch_margin": switch, "return_margin": ret,
+                        "dependent_words": words, "boundary_f1": float(np.mean(f1)),
+                        "return_accuracy": float(np.nanmean(acc))})
+    results.sort(key=lambda r: -(r["boundary_f1"] + r["return_accuracy"]))
+    return {"dialogues": dialogues, "length": length, "stories": len(half), "best": results[0], "top": results[:10]}
+
+
+def evaluate(path: str | Path, *, embedder: Any, cache: EmbeddingCache | None = None,
+             thresholds: Thresholds | None = None, dialogues: int = 30, lengths: tuple[int, ...] = LENGTHS,
+             seed: int = 0, progress: bool = False) -> dict[str, Any]:
+    """The metrics per dialogue length, on the second half of the stories."""
+    integer(dialogues, "dialogues", 1)
+    for n in lengths:
+        integer(n, "length", 2)
+    thresholds = thresholds or Thresholds()
+    stories = load_coqa(path)
+    held_out = stories[len(stories) // 2:]
+    report: dict[str, Any] = {"thresholds": thresholds.__dict__, "stories": len(held_out), "by_length": {}}
+    for length in lengths:
+        made = [stitch(held_out, length, seed * 1000 + i) for i in range(dialogues)]
+        rows = []
+        for turns, (u, v, c) in tracked(list(zip(made, _embed_dialogues(made, embedder, cache, progress))),
+                                        len(made), f"eval-track {length} turns", "dialogue", enabled=progress):
+            trees, contexts = run_forest(turns, u, v, embedder, thresholds)
+            rows.append(score_dialogue(turns, trees, contexts, u, c))
+        report["by_length"][length] = {
+            key: bootstrap([r[key] for r in rows if not np.isnan(r[key])], seed=seed) for key in rows[0]}
+    return report
+
+
+def format_report(report: dict[str, Any]) -> str:
+    """The evaluation as a Markdown table: one row per metric, one column per dialogue length."""
+    lengths = list(report["by_length"])
+    keys = list(next(iter(report["by_length"].values())))
+    lines = [f"| metric | {' | '.join(f'{n} turns' for n in lengths)} |", "|---|" + "---|" * len(lengths)]
+    for key in keys:
+        cells = []
+        for n in lengths:
+            m = report["by_length"][n][key]
+            cells.append(f"{m['mean']:.3f} [{m['lo']:.3f}, {m['hi']:.3f}]")
+        lines.append(f"| {key} | {' | '.join(cells)} |")
+    return "\n".join(lines)

@@ -1,0 +1,362 @@
+"""A conversation kept as a forest of topic trees (Context-Agent, arXiv 2604.05552; our own code).
+
+One tree per topic, one node per turn; a branch is a path inside a tree, made where the user goes
+back to an earlier point and refines it. ``Forest.add`` places each turn (``decide``), and
+``Forest.context`` gives the next turn the verbatim path from its topic's root to the current
+node plus one line for every other topic and branch, within a token budget.
+
+Each tree keeps its node vectors in one array, so placing a turn costs one matrix-vector product
+per tree, not a Python loop over past turns.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from chunktree.checks import ChunktreeError, InvalidValueError, integer, positive_int, text
+from chunktree.engine.cache import EmbeddingCache
+from chunktree.engine.embedding import embed_texts
+from chunktree.engine.inputs import default_embedder
+from chunktree.track.decide import Candidate, Decision, LLMJudge, Placement, Thresholds, content_words, decide
+
+FORMAT, VERSION = "chunktree-forest", 1
+SUMMARY_TOKENS = 24
+_SENTENCE = re.compile(r"[^.!?。！？]+[.!?。！？]*")
+
+
+class ForestFileError(ChunktreeError, ValueError):
+    """A saved forest cannot be read."""
+
+
+@dataclass
+class Node:
+    """One turn: its texts, a short summary, and its place (tree, branch, parent, children)."""
+
+    id: int
+    tree: int
+    branch: int
+    turn: int
+    user: str
+    assistant: str | None
+    summary: str
+    parent: int | None
+    children: list[int] = field(default_factory=list)
+
+
+class _Tree:
+    """A topic: its node ids and their vectors in one growing array, and where it was left."""
+
+    def __init__(self, tree_id: int, dim: int) -> None:
+        self.id = tree_id
+        self.node_ids: list[int] = []
+        self._vectors = np.zeros((4, dim), np.float32)
+        self.anchor: int = -1
+        self.last_turn: int = -1
+        self.branches = 1
+
+    @property
+    def vectors(self) -> np.ndarray:
+        return self._vectors[:len(self.node_ids)]
+
+    def append(self, node_id: int, vector: np.ndarray) -> None:
+        n = len(self.node_ids)
+        if n == len(self._vectors):
+            self._vectors = np.concatenate([self._vectors, np.zeros_like(self._vectors)])
+        self._vectors[n] = vector
+        self.node_ids.append(node_id)
+
+
+@dataclass(frozen=True)
+class Context:
+    """What the next turn gets: ``messages`` (OpenAI chat shape), their ``tokens`` (chunktree's
+    convention: content tokens, no special tokens), the node ids of the path turns kept, and
+    whether the budget cut anything."""
+
+    messages: list[dict[str, str]]
+    tokens: int
+    turns: list[int]
+    cut: bool
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class Forest:
+    """A conversation as topic trees.
+
+    Parameters
+    ----------
+    embedder : embeds the turns (default: the default model); ``cache`` reuses its vectors.
+    thresholds : the embedding decider's settings (``decide.Thresholds``).
+    llm : a ``ChatClient`` (or anything with its ``complete``): asked which topic a turn belongs
+        to when the embedding decision is within ``thresholds.uncertain`` of a threshold. A failed
+        or malformed reply falls back to the embedding decision, recorded in ``Decision.llm``.
+    summary_tokens : token cap of a node's summary.
+    """
+
+    def __init__(self, embedder: Any = None, *, cache: EmbeddingCache | None = None,
+                 thresholds: Thresholds | None = None, llm: Any = None,
+                 summary_tokens: int = SUMMARY_TOKENS) -> None:
+        self.embedder = embedder or default_embedder()
+        self.cache = cache
+        self.thresholds = thresholds or Thresholds()
+        if not isinstance(self.thresholds, Thresholds):
+            raise InvalidValueError(f"thresholds must be a Thresholds; got {type(self.thresholds).__name__}")
+        self.judge = LLMJudge(llm) if llm is not None else None
+        self.summary_tokens = positive_int(summary_tokens, "summary_tokens")
+        self.nodes: list[Node] = []
+        self.trees: list[_Tree] = []
+        self.current: int | None = None  # the current node
+        self._slot: list[int] = []  # each node's row in its tree's vectors
+
+    # -- placing turns -------------------------------------------------------------------------
+
+    def add(self, user: str, assistant: str | None = None) -> Decision:
+        """Place a turn and make it the current node.
+
+        The decision uses the user text only (the reply is not known when the next context is
+        built); the node's vector is that of user and assistant text together.
+        """
+        text(user, "user")
+        if assistant is not None and not isinstance(assistant, str):
+            raise InvalidValueError(f"assistant must be a string or None; got {type(assistant).__name__}")
+        whole = user if not assistant else f"{user}\n{assistant}"
+        vectors, _ = embed_texts([user, whole], self.embedder, self.cache)
+        return self._place(user, assistant, vectors[0], vectors[1])
+
+    def _place(self, user: str, assistant: str | None, v: np.ndarray, node_vector: np.ndarray) -> Decision:
+        t = self.thresholds
+        current_tree = None if self.current is None else self.nodes[self.current].tree
+        candidates = sorted((self._candidate(tree, v) for tree in self.trees), key=lambda c: -c.fit)
+        recent = set(self._path(self.current, t.recent)) if self.current is not None else set()
+        words = content_words(user)
+        placement = decide(candidates, current_tree, words, recent, t)
+        llm = None
+        if self.judge is not None and placement.uncertain and current_tree is not None:
+            placement, llm = self._ask(user, placement, candidates, current_tree, recent)
+        node = self._new_node(placement, user, assistant, node_vector)
+        return Decision(placement.action, node.tree, node.id, node.parent, placement.rule, candidates, t, words, llm)
+
+    def _candidate(self, tree: _Tree, v: np.ndarray) -> Candidate:
+        sims = tree.vectors @ v
+        anchor = max(float(sims[self._slot[n]]) for n in self._path(tree.anchor, self.thresholds.recent))
+        best = int(np.argmax(sims))
+        return Candidate(tree.id, tree.anchor, anchor, tree.node_ids[best], float(sims[best]))
+
+    def _path(self, node_id: int | None, limit: int | None = None) -> list[int]:
+        """Node ids from ``node_id`` up towards its root, newest first (at most ``limit``)."""
+        out: list[int] = []
+        while node_id is not None and (limit is None or len(out) < limit):
+            out.append(node_id)
+            node_id = self.nodes[node_id].parent
+        return out
+
+    def _ask(self, user: str, placement: Placement, candidates: list[Candidate], current_tree: int,
+             recent: set[int]) -> tuple[Placement, dict[str, Any]]:
+        topics = {tree.id: self._tree_line(tree) for tree in self.trees}
+        recent_texts = [self.nodes[n].user for n in sorted(recent)]
+        assert self.judge is not None
+        try:
+            topic, reply = self.judge.topic(user, topics, current_tree, recent_texts)
+        except Exception as exc:  # noqa: BLE001 - any failure of the LLM falls back, recorded
+            return placement, {"asked": True, "used": False, "reply": None, "fallback": f"{type(exc).__name__}: {exc}"}
+        record = {"asked": True, "used": True, "reply": reply, "fallback": None}
+        if topic == placement.tree or (topic is None and placement.action == "new_topic"):
+            return placement, record
+        if topic is None:
+            return Placement("new_topic", None, None, "the LLM judged it a new topic"), record
+        c = next(c for c in candidates if c.tree == topic)
+        action = "continue" if topic == current_tree else "switch"
+        return Placement(action, topic, c.anchor, f"the LLM chose topic {topic}"), record
+
+    def _new_node(self, placement: Placement, user: str, assistant: str | None, vector: np.ndarray) -> Node:
+        turn = len(self.nodes)
+        if placement.tree is None:
+            tree = _Tree(len(self.trees), vector.shape[0])
+            self.trees.append(tree)
+            parent, branch = None, 0
+        else:
+            tree = self.trees[placement.tree]
+            parent = placement.parent
+            siblings = self.nodes[parent].children if parent is not None else []
+            if parent is not None and not siblings:
+                branch = self.nodes[parent].branch
+            else:
+                branch, tree.branches = tree.branches, tree.branches + 1
+        node = Node(turn, tree.id, branch, turn, user, assistant, self._summary(user, assistant), parent)
+        if parent is not None:
+            self.nodes[parent].children.append(node.id)
+        self.nodes.append(node)
+        self._slot.append(len(tree.node_ids))
+        tree.append(node.id, vector)
+        tree.anchor, tree.last_turn = node.id, turn
+        self.current = node.id
+        return node
+
+    # -- summaries and context -----------------------------------------------------------------
+
+    def _summary(self, user: str, assistant: str | None) -> str:
+        """The turn's most representative sentence (sharing the most content words with the whole
+        turn, the first of equals), cut to ``summary_tokens``."""
+        whole = user if not assistant else f"{user} {assistant}"
+        sentences = [s.strip() for s in _SENTENCE.findall(whole) if s.strip()] or [whole.strip()]
+        vocabulary = set(re.findall(r"\w+", whole.lower()))
+
+        def score(sentence: str) -> int:
+            return content_words(" ".join(set(re.findall(r"\w+", sentence.lower())) & vocabulary))
+
+        best = max(sentences, key=score)
+        return self._cut(" ".join(best.split()), self.summary_tokens)
+
+    def _cut(self, s: str, tokens: int) -> str:
+        enc = self.embedder.tokenizer.encode(s, add_special_tokens=False)
+        if len(enc.ids) <= tokens:
+            return s
+        return s[:enc.offsets[tokens - 1][1]].rstrip() + " …"
+
+    def _tree_line(self, tree: _Tree) -> str:
+        first, last = self.nodes[tree.node_ids[0]].summary, self.nodes[tree.anchor].summary
+        return first if first == last else f"{first} … {last}"
+
+    def context(self, budget_tokens: int | None = None) -> Context:
+        """The context for the next turn.
+
+        The current topic's path from its root to the current node, verbatim, as user and
+        assistant messages (the newest turns are kept when the budget cuts), after one system
+        message listing every other topic and every branch of the current topic not on the path,
+        one line each, most recent first.
+        """
+        if budget_tokens is not None:
+            integer(budget_tokens, "budget_tokens", 1)
+        if self.current is None:
+            return Context([], 0, [], False)
+        count = self.embedder.count_tokens
+        path = self._path(self.current)  # newest first
+        on_path = set(path)
+        cur = self.nodes[self.current]
+        lines = []
+        for tree in sorted(self.trees, key=lambda tr: -tr.last_turn):
+            if tree.id != cur.tree:
+                lines.append(f"- topic {tree.id}: {self._tree_line(tree)}")
+        leaves = [n for n in self.trees[cur.tree].node_ids if not self.nodes[n].children and n not in on_path]
+        for leaf in sorted(leaves, reverse=True):
+            lines.append(f"- branch of this topic: {self.nodes[leaf].summary}")
+        header = "Earlier topics and branches of this conversation, most recent first:\n"
+        used, cut = 0, False
+        system: list[dict[str, str]] = []
+        if lines:
+            while lines:
+                content = header + "\n".join(lines)
+                cost = int(count([content])[0])
+                if budget_tokens is None or cost <= budget_tokens:
+                    system, used = [{"role": "system", "content": content}], cost
+                    break
+                lines.pop()
+                cut = True
+        kept: list[list[dict[str, str]]] = []
+        turns = []
+        for node_id in path:
+            n = self.nodes[node_id]
+            msgs = [{"role": "user", "content": n.user}]
+            if n.assistant:
+                msgs.append({"role": "assistant", "content": n.assistant})
+            cost = int(count([m["content"] for m in msgs]).sum())
+            if budget_tokens is not None and used + cost > budget_tokens:
+                cut = True
+                break
+            kept.append(msgs)
+            turns.append(node_id)
+            used += cost
+        messages = system + [m for msgs in reversed(kept) for m in msgs]
+        return Context(messages, used, turns[::-1], cut)
+
+    # -- what it holds, saved and loaded -------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        """The forest as JSON-ready data, vectors included (base64 float32, node order)."""
+        vectors = np.zeros((len(self.nodes), self.embedder.dim), np.float32)
+        for tree in self.trees:
+            vectors[tree.node_ids] = tree.vectors
+        return {"format": FORMAT, "version": VERSION, "model": self.embedder.model_id, "current": self.current,
+                "thresholds": asdict(self.thresholds), "summary_tokens": self.summary_tokens,
+                "trees": [{"id": t.id, "anchor": t.anchor, "last_turn": t.last_turn, "branches": t.branches,
+                           "nodes": t.node_ids}
+                          for t in self.trees],
+                "nodes": [asdict(n) for n in self.nodes],
+                "vectors": base64.b64encode(vectors.astype("<f4").tobytes()).decode()}
+
+    def save(self, path: str | os.PathLike[str]) -> None:
+        """Write the forest as JSON, atomically (a temporary file renamed into place)."""
+        path = Path(path)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(self.to_dict(), ensure_ascii=False), encoding="utf-8")
+        os.replace(tmp, path)
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str], embedder: Any = None, **kwargs: Any) -> Forest:
+        """Read a forest written by ``save``; a file that is not one, or one from another model or
+        format version, raises ``ForestFileError`` naming it."""
+        path = Path(path)
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            raise ForestFileError(f"{path}: not a readable forest file ({exc})") from None
+        try:
+            return cls.from_dict(data, embedder, **kwargs)
+        except ForestFileError as exc:
+            raise ForestFileError(f"{path}: {exc}") from None
+
+    @classmethod
+    def from_dict(cls, data: Any, embedder: Any = None, **kwargs: Any) -> Forest:
+        if not isinstance(data, dict) or data.get("format") != FORMAT:
+            raise ForestFileError(f"not a {FORMAT} document")
+        if data.get("version") != VERSION:
+            raise ForestFileError(f"format version {data.get('version')!r}; this chunktree reads version {VERSION}")
+        forest = cls(embedder, thresholds=Thresholds(**data["thresholds"]),
+                     summary_tokens=data["summary_tokens"], **kwargs)
+        if data["model"] != forest.embedder.model_id:
+            raise ForestFileError(f"its vectors come from the model {data['model']!r}, not {forest.embedder.model_id!r}")
+        try:
+            forest.nodes = [Node(**n) for n in data["nodes"]]
+            raw = base64.b64decode(data["vectors"], validate=True)
+            vectors = np.frombuffer(raw, dtype="<f4").reshape(len(forest.nodes), forest.embedder.dim)
+            for t in data["trees"]:
+                tree = _Tree(t["id"], forest.embedder.dim)
+                for n in t["nodes"]:
+                    tree.append(n, vectors[n])
+                tree.anchor, tree.last_turn, tree.branches = t["anchor"], t["last_turn"], t["branches"]
+                forest.trees.append(tree)
+            forest.current = data["current"]
+            slots = {n: i for t in forest.trees for i, n in enumerate(t.node_ids)}
+            forest._slot = [slots[i] for i in range(len(forest.nodes))]
+        except (KeyError, TypeError, ValueError, IndexError) as exc:
+            raise ForestFileError(f"damaged forest data ({type(exc).__name__}: {exc})") from None
+        held = sorted(n for t in forest.trees for n in t.node_ids)
+        if held != list(range(len(forest.nodes))) or (forest.current is not None and
+                                                       not 0 <= forest.current < len(forest.nodes)):
+            raise ForestFileError("its trees and nodes do not match")
+        return forest
+
+    def show(self) -> str:
+        """The forest as an indented tree, one line per turn."""
+        lines = []
+        for tree in self.trees:
+            lines.append(f"topic {tree.id} ({len(tree.node_ids)} turns)")
+            stack = [(tree.node_ids[0], 1)]
+            while stack:
+                node_id, depth = stack.pop()
+                n = self.nodes[node_id]
+                mark = " <- current" if node_id == self.current else ""
+                # a chain stays at one depth; only a second child (a branch) indents
+                lines.append(f"{'  ' * depth}#{n.id} [branch {n.branch}] {n.summary}{mark}")
+                for i, child in reversed(list(enumerate(n.children))):
+                    stack.append((child, depth + (1 if i > 0 else 0)))
+        return "\n".join(lines)
