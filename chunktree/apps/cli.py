@@ -202,6 +202,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the longest a request waits for the model: one that would wait longer (by the "
                         "measured model rate) gets 503 at once, one still queued after it gets 503 unrun "
                         "(default %(default)s)")
+    p.add_argument("--conversations", type=Path, default=None, metavar="DIR",
+                   help="keep every conversation's topic forest in DIR (saved after each turn, loaded after an "
+                        "eviction or a restart); default: in memory only")
+    p.add_argument("--max-conversations", type=int, default=1000,
+                   help="conversations held in memory; the least recently used is evicted (default %(default)s)")
+    p.add_argument("--max-turns", type=int, default=10_000, help="turns per conversation (default %(default)s)")
     p.add_argument("--metrics-public", action="store_true",
                    help="leave GET /metrics open when an API key is required (default: it needs the key too)")
     p.set_defaults(func=cmd_serve)
@@ -551,9 +557,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if not api_key:
             raise InvalidValueError(f"--api-key-env {args.api_key_env}: that environment variable is not set or empty")
     limits = Limits(max_texts=args.max_texts, max_queue=args.max_queue, max_batch=args.max_batch,
-                    max_wait_ms=args.max_wait_ms, batching=not args.no_batching, queue_timeout_s=args.queue_timeout)
+                    max_wait_ms=args.max_wait_ms, batching=not args.no_batching, queue_timeout_s=args.queue_timeout,
+                    max_conversations=args.max_conversations, max_turns=args.max_turns)
     embedder = Embedder(args.model, threads=args.threads)
-    app = create_app(embedder, api_key=api_key, limits=limits, metrics_public=args.metrics_public)
+    app = create_app(embedder, api_key=api_key, limits=limits, metrics_public=args.metrics_public,
+                     conversations_dir=args.conversations)
     print(f"chunktree serve: {embedder.model_id} on http://{args.host}:{args.port} "
           f"(batching {'off' if args.no_batching else f'<= {args.max_batch} texts, {args.max_wait_ms} ms'}"
           f"{', API key required' if api_key else ''})", flush=True)

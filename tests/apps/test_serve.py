@@ -428,3 +428,77 @@ def test_admission_refuses_at_once_what_the_measured_rate_cannot_serve_in_time(e
     assert refused_in < 1.0  # at once, not after waiting for the deadline
     assert alone.status_code == 200  # nothing ahead of it: admitted, however long it is
     assert [len(t) for t in gated.embedded()] == [1000, 2500, 3000]
+
+
+DIALOGUE = [("Why did Captain Ahab hunt the white whale Moby Dick across the oceans?", "Revenge for his leg."),
+            ("and what colour was it?", "White."),
+            ("How long should sourdough bread dough rise before baking in the oven?", None),
+            ("Did Ahab's hatred of the white whale Moby Dick doom the Pequod's whaling crew?", "Yes.")]
+
+
+def test_conversations_place_turns_as_the_library_does(embedder):
+    from chunktree.track import Forest
+
+    with Served(create_app(embedder)) as s:
+        made = httpx.post(s.url + "/v1/conversations", json={"id": "c1"})
+        assert made.status_code == 200 and made.json() == {"id": "c1", "turns": 0}
+        assert httpx.post(s.url + "/v1/conversations", json={"id": "c1"}).status_code == 409
+        replies = [httpx.post(s.url + "/v1/conversations/c1/turns",
+                              json={"user": u, **({"assistant": a} if a else {}), "budget_tokens": 500})
+                   for u, a in DIALOGUE]
+        assert all(r.status_code == 200 for r in replies)
+        local = Forest(embedder)
+        want = [local.add(u, a).to_dict() for u, a in DIALOGUE]
+        got = [r.json()["decision"] for r in replies]
+        assert [g["action"] for g in got] == [w["action"] for w in want] and [g["tree"] for g in got] == [
+            w["tree"] for w in want]
+        for g, w in zip(got, want):
+            for cg, cw in zip(g["candidates"], w["candidates"]):
+                assert cg["tree"] == cw["tree"] and abs(cg["fit"] - cw["fit"]) < 1e-5
+        assert replies[-1].json()["context"]["messages"] == local.context(500).messages
+        forest = httpx.get(s.url + "/v1/conversations/c1").json()
+        assert forest["turns"] == 4 and forest["tree"] == local.show() and "vectors" not in forest["forest"]
+        ctx = httpx.get(s.url + "/v1/conversations/c1/context", params={"budget_tokens": 30}).json()["context"]
+        assert ctx == local.context(30).to_dict()
+        assert httpx.delete(s.url + "/v1/conversations/c1").json() == {"id": "c1", "deleted": True}
+        gone = httpx.get(s.url + "/v1/conversations/c1")
+        assert gone.status_code == 404 and gone.json()["error"]["code"] == "conversation_not_found"
+
+
+@pytest.mark.parametrize("path, payload, status, message", [
+    ("/v1/conversations", {"id": "../etc"}, 422, "a conversation id is 1-64 letters, digits"),
+    ("/v1/conversations/nope/turns", {"user": "hello"}, 404, "no conversation 'nope'"),
+    ("/v1/conversations/t1/turns", {"user": "  "}, 422, "'user' must be a non-empty string"),
+    ("/v1/conversations/t1/turns", {"user": "x" * 501}, 422, "'user' has 501 characters; the limit is max_chars=500"),
+    ("/v1/conversations/t1/turns", {"user": "hi", "budget_tokens": 0}, 422, "'budget_tokens' must be a positive int"),
+])
+def test_conversation_errors(service, path, payload, status, message):
+    httpx.post(service.url + "/v1/conversations", json={"id": "t1"})
+    r = httpx.post(service.url + path, json=payload)
+    assert r.status_code == status and message in r.json()["error"]["message"], r.text
+
+
+def test_conversations_are_bounded_evicted_and_kept_on_disk(embedder, tmp_path):
+    limits = Limits(max_conversations=2, max_turns=3)
+    with Served(create_app(embedder, limits=limits)) as s:  # no folder: the least recently used is lost
+        for c in ("a", "b", "c"):
+            httpx.post(s.url + "/v1/conversations", json={"id": c})
+        assert httpx.get(s.url + "/v1/conversations/a").status_code == 404
+        assert httpx.get(s.url + "/v1/conversations/b").status_code == 200
+        for u, _ in DIALOGUE[:3]:
+            assert httpx.post(s.url + "/v1/conversations/b/turns", json={"user": u}).status_code == 200
+        full = httpx.post(s.url + "/v1/conversations/b/turns", json={"user": DIALOGUE[3][0]})
+        assert full.status_code == 422 and full.json()["error"]["code"] == "too_many_turns"
+        assert metric(s.url, "chunktree_evicted_conversations_total") == 1
+    folder = tmp_path / "conversations"
+    with Served(create_app(embedder, limits=Limits(max_conversations=1), conversations_dir=folder)) as s:
+        httpx.post(s.url + "/v1/conversations", json={"id": "kept"})
+        first = [httpx.post(s.url + "/v1/conversations/kept/turns", json={"user": u}).json() for u, _ in DIALOGUE[:2]]
+        httpx.post(s.url + "/v1/conversations", json={"id": "other"})  # evicts "kept" from memory
+        third = httpx.post(s.url + "/v1/conversations/kept/turns", json={"user": DIALOGUE[2][0]})
+        assert third.status_code == 200 and third.json()["turn"] == 2  # loaded back from its file
+    with Served(create_app(embedder, conversations_dir=folder)) as s:  # a restart keeps it
+        after = httpx.get(s.url + "/v1/conversations/kept").json()
+        assert after["turns"] == 3 and [first[0]["decision"]["action"], first[1]["decision"]["action"]] == [
+            "new_topic", "continue"]
+    assert sorted(p.name for p in folder.iterdir()) == ["kept.json", "other.json"]

@@ -1,8 +1,9 @@
 """The service's app factory: the model, the micro-batcher, auth, metrics and error handling
 around the endpoints of ``routes``.
 
-Every request is counted and timed (``/metrics``). With an API key configured, a POST without
-``Authorization: Bearer <key>`` gets 401, and so does ``/metrics`` unless ``metrics_public``.
+Every request is counted and timed (``/metrics``). With an API key configured, a request to an
+endpoint without ``Authorization: Bearer <key>`` gets 401, and so does ``/metrics`` unless
+``metrics_public``.
 Errors come back in the OpenAI shape with the type of their status (``http.ERROR_TYPES``); an
 unexpected exception is logged with its traceback and answered 500 ``server_error``.
 
@@ -15,13 +16,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import time
+from pathlib import Path
 from typing import Any
 
 from chunktree.apps.serve import routes
 from chunktree.apps.serve.http import HTTPError, Limits, read_json
 from chunktree.apps.serve.service import Service
-from chunktree.checks import require
+from chunktree.checks import InvalidValueError, require
 
 log = logging.getLogger(__name__)
 
@@ -34,10 +37,12 @@ async def _hung_up(request: Any) -> None:
 
 
 def create_app(embedder: Any = None, *, model: str | None = None, api_key: str | None = None,
-               limits: Limits | None = None, metrics_public: bool = False) -> Any:
+               limits: Limits | None = None, metrics_public: bool = False,
+               conversations_dir: str | os.PathLike[str] | None = None) -> Any:
     """The ASGI app. ``embedder`` (or an ``Embedder(model)``, or the default model, loaded at
     startup) is warmed up before ``/health`` reports ready. ``metrics_public`` leaves ``/metrics``
-    open when an ``api_key`` is required."""
+    open when an ``api_key`` is required. ``conversations_dir`` keeps every conversation's forest
+    on disk (see ``conversations``)."""
     require("starlette", "serve", "chunktree serve")
     orjson = require("orjson", "serve", "chunktree serve")
     from starlette.applications import Starlette
@@ -45,7 +50,14 @@ def create_app(embedder: Any = None, *, model: str | None = None, api_key: str |
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 
-    service = Service(embedder, model, api_key, limits or Limits())
+    folder = None
+    if conversations_dir is not None:
+        folder = Path(conversations_dir)
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InvalidValueError(f"conversations_dir {folder}: cannot create it ({exc.strerror or exc})") from None
+    service = Service(embedder, model, api_key, limits or Limits(), folder)
 
     class FastJSON(JSONResponse):
         """JSON through orjson: float32 arrays serialised directly, several times faster than json."""
@@ -80,13 +92,14 @@ def create_app(embedder: Any = None, *, model: str | None = None, api_key: str |
             await task
         return False, None
 
-    def post(path: str, handler: Any) -> Route:
+    def route(method: str, path: str, handler: Any) -> Route:
         async def endpoint(request: Request) -> Response:
             t0 = time.perf_counter()
             try:
                 authorise(request)
-                body = await read_json(request, service.limits)
-                answered, result = await unless_hung_up(request, handler(service, body))
+                body = await read_json(request, service.limits) if method == "POST" else {}
+                params = {**request.query_params, **request.path_params}
+                answered, result = await unless_hung_up(request, handler(service, body, params))
                 response: Response = FastJSON(result) if answered else Response(status_code=499)
             except HTTPError as exc:
                 response = JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
@@ -99,7 +112,7 @@ def create_app(embedder: Any = None, *, model: str | None = None, api_key: str |
             service.metrics.latency.labels(path).observe(time.perf_counter() - t0)
             return response
 
-        return Route(path, endpoint, methods=["POST"])
+        return Route(path, endpoint, methods=[method])
 
     async def health(request: Request) -> Response:
         if service.batcher is None:
@@ -116,6 +129,6 @@ def create_app(embedder: Any = None, *, model: str | None = None, api_key: str |
                 return JSONResponse(exc.body(), status_code=exc.status)
         return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
-    endpoints = [post(path, handler) for path, handler in routes.POST.items()]
+    endpoints = [route(method, path, handler) for method, path, handler in routes.ROUTES]
     endpoints += [Route("/health", health, methods=["GET"]), Route("/metrics", metrics, methods=["GET"])]
     return Starlette(routes=endpoints, lifespan=lifespan)

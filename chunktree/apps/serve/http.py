@@ -13,6 +13,7 @@ ERROR_TYPES = {
     400: "invalid_request_error",
     401: "authentication_error",
     404: "not_found_error",
+    409: "invalid_request_error",
     413: "request_too_large",
     422: "invalid_request_error",
     429: "rate_limit_error",
@@ -36,6 +37,8 @@ class Limits:
     max_batch : texts per model call.
     max_wait_ms : extra wait for company; 0 batches whatever queued while the model ran.
     batching : False makes one model call per request.
+    max_conversations : topic forests held in memory; the least recently used is evicted past it.
+    max_turns : turns per conversation.
     """
 
     max_texts: int = 256
@@ -46,6 +49,8 @@ class Limits:
     max_batch: int = 32
     max_wait_ms: float = 0.0
     batching: bool = True
+    max_conversations: int = 1000
+    max_turns: int = 10_000
 
     def __post_init__(self) -> None:
         for f in fields(self):

@@ -6,6 +6,12 @@ result's own ``to_dict()``: the same JSON that ``chunktree order|select --format
                          served one's name or id is 404 ``model_not_found``)
     POST /v1/order       ``texts`` (+ ``query``, ``strategy``, ``root``)
     POST /v1/select      ``texts``, ``k`` (+ ``per_cluster``, ``balance``, ``seed``)
+    POST /v1/conversations              a new topic forest (optional ``id``)
+    POST /v1/conversations/{id}/turns   ``user`` (+ ``assistant``, ``budget_tokens``): the decision and
+                                        the context for the next turn
+    GET  /v1/conversations/{id}         the forest (without vectors) and its indented tree
+    GET  /v1/conversations/{id}/context ``?budget_tokens=N``
+    DELETE /v1/conversations/{id}
     GET  /health         200 once the model is loaded and warmed up, 503 before
     GET  /metrics        Prometheus text
 """
@@ -14,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 from typing import Any
 
 from chunktree.apps.serve.batcher import BatchedEmbedder, Overloaded, QueueTimeout
@@ -48,7 +55,7 @@ async def _run_library(service: Service, function: Any, *args: Any, **kwargs: An
         raise _refused(exc) from None
 
 
-async def embeddings(service: Service, body: dict[str, Any]) -> Any:
+async def embeddings(service: Service, body: dict[str, Any], params: dict[str, str]) -> Any:
     limits = service.limits
     texts = texts_field(body, "input", limits, allow_single=True)
     fmt = optional_field(body, "encoding_format", str, "float")
@@ -75,7 +82,7 @@ async def embeddings(service: Service, body: dict[str, Any]) -> Any:
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
 
-async def order_endpoint(service: Service, body: dict[str, Any]) -> Any:
+async def order_endpoint(service: Service, body: dict[str, Any], params: dict[str, str]) -> Any:
     texts = texts_field(body, "texts", service.limits)
     query = optional_field(body, "query", str, None)
     strategy = optional_field(body, "strategy", str, DEFAULT_STRATEGY)
@@ -84,7 +91,7 @@ async def order_endpoint(service: Service, body: dict[str, Any]) -> Any:
     return result.to_dict()
 
 
-async def select_endpoint(service: Service, body: dict[str, Any]) -> Any:
+async def select_endpoint(service: Service, body: dict[str, Any], params: dict[str, str]) -> Any:
     texts = texts_field(body, "texts", service.limits)
     k = optional_field(body, "k", int, None)
     if k is None:
@@ -96,4 +103,110 @@ async def select_endpoint(service: Service, body: dict[str, Any]) -> Any:
     return result.to_dict()
 
 
-POST = {"/v1/embeddings": embeddings, "/v1/order": order_endpoint, "/v1/select": select_endpoint}
+def _forest(service: Service, embedder: Any = None) -> Any:
+    from chunktree.track import Forest
+
+    return Forest(embedder or service.embedder)
+
+
+def _load(service: Service) -> Any:
+    from chunktree.track import Forest, ForestFileError
+
+    def load(path: Any) -> Any:
+        try:
+            return Forest.load(path, service.embedder)
+        except ForestFileError as exc:
+            raise HTTPError(500, f"a saved conversation cannot be read: {exc}") from None
+
+    return load
+
+
+def _budget(value: Any) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, str):
+        if not value.isdigit():
+            raise HTTPError(422, f"'budget_tokens' must be a positive int; got {value!r}", "budget_tokens")
+        value = int(value)
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise HTTPError(422, f"'budget_tokens' must be a positive int; got {value!r}", "budget_tokens")
+    return value
+
+
+async def create_conversation(service: Service, body: dict[str, Any], params: dict[str, str]) -> Any:
+    conversation_id = optional_field(body, "id", str, None)
+    conversation_id, forest = service.conversations.create(conversation_id, lambda: _forest(service))
+    service.conversations.save(conversation_id, forest)
+    return {"id": conversation_id, "turns": 0}
+
+
+async def add_turn(service: Service, body: dict[str, Any], params: dict[str, str]) -> Any:
+    """Place a turn; the decision and the context for the next turn (within ``budget_tokens``)."""
+    conversation_id = params["id"]
+    user = optional_field(body, "user", str, None)
+    if user is None or not user.strip():
+        raise HTTPError(422, "'user' must be a non-empty string", "user")
+    assistant = optional_field(body, "assistant", str, None)
+    for name, value in (("user", user), ("assistant", assistant)):
+        if value is not None and len(value) > service.limits.max_chars:
+            raise HTTPError(422, f"'{name}' has {len(value)} characters; the limit is "
+                                 f"max_chars={service.limits.max_chars}", name)
+    budget = _budget(body.get("budget_tokens"))
+    conversations = service.conversations
+    async with conversations.lock(conversation_id):
+        forest = conversations.get(conversation_id, _load(service))
+        if len(forest.nodes) >= service.limits.max_turns:
+            raise HTTPError(422, f"the conversation holds max_turns={service.limits.max_turns} turns; start a new "
+                                 "one", "user", code="too_many_turns")
+        loop = asyncio.get_running_loop()
+        embedder = BatchedEmbedder(service.embedder, service.batcher, loop)
+        forest.embedder = embedder
+
+        def place() -> Any:
+            decision = forest.add(user, assistant)
+            conversations.save(conversation_id, forest)
+            return decision, forest.context(budget)
+
+        work = loop.run_in_executor(None, place)
+        try:
+            decision, context = await asyncio.shield(work)
+        except asyncio.CancelledError:  # the client hung up: stop the embedding, let the thread finish
+            embedder.cancel()
+            with contextlib.suppress(Exception):
+                await work
+            raise
+        except (Overloaded, QueueTimeout) as exc:
+            raise _refused(exc) from None
+        finally:
+            forest.embedder = service.embedder
+    return {"id": conversation_id, "turn": decision.node, "decision": decision.to_dict(), "context": context.to_dict()}
+
+
+async def get_conversation(service: Service, body: dict[str, Any], params: dict[str, str]) -> Any:
+    forest = service.conversations.get(params["id"], _load(service))
+    data = {k: v for k, v in forest.to_dict().items() if k != "vectors"}
+    return {"id": params["id"], "turns": len(forest.nodes), "forest": data, "tree": forest.show()}
+
+
+async def get_context(service: Service, body: dict[str, Any], params: dict[str, str]) -> Any:
+    forest = service.conversations.get(params["id"], _load(service))
+    return {"id": params["id"], "context": forest.context(_budget(params.get("budget_tokens"))).to_dict()}
+
+
+async def delete_conversation(service: Service, body: dict[str, Any], params: dict[str, str]) -> Any:
+    async with service.conversations.lock(params["id"]):
+        service.conversations.delete(params["id"])
+    return {"id": params["id"], "deleted": True}
+
+
+# (method, path, handler); POST handlers get the checked JSON body, all get the path and query parameters.
+ROUTES = [
+    ("POST", "/v1/embeddings", embeddings),
+    ("POST", "/v1/order", order_endpoint),
+    ("POST", "/v1/select", select_endpoint),
+    ("POST", "/v1/conversations", create_conversation),
+    ("POST", "/v1/conversations/{id}/turns", add_turn),
+    ("GET", "/v1/conversations/{id}", get_conversation),
+    ("GET", "/v1/conversations/{id}/context", get_context),
+    ("DELETE", "/v1/conversations/{id}", delete_conversation),
+]

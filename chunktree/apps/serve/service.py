@@ -1,12 +1,14 @@
-"""What the endpoints share: the model, the micro-batcher, the limits and the metrics."""
+"""What the endpoints share: the model, the micro-batcher, the limits, the metrics, the conversations."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from pathlib import Path
 from typing import Any
 
 from chunktree.apps.serve.batcher import MicroBatcher
+from chunktree.apps.serve.conversations import Conversations
 from chunktree.apps.serve.http import Limits
 
 log = logging.getLogger(__name__)
@@ -25,16 +27,22 @@ class Metrics:
         self.batch_size = Histogram("chunktree_batch_size", "Texts per model call", registry=self.registry,
                                     buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256))
         self.queue_depth = Gauge("chunktree_queue_depth", "Texts waiting for the model", registry=self.registry)
+        self.conversations = Gauge("chunktree_conversations", "Conversations held in memory", registry=self.registry)
+        self.evicted = Counter("chunktree_evicted_conversations", "Conversations evicted from memory",
+                               registry=self.registry)
         self.dropped = Counter("chunktree_dropped_requests", "Embedding requests not run, by reason "
                                "(queue_full, admission, deadline, abandoned)", ["reason"], registry=self.registry)
 
 
 class Service:
-    """What the endpoints share: the embedder (None until loaded), the batcher, limits, metrics."""
+    """What the endpoints share: the embedder (None until loaded), the batcher, limits, metrics,
+    the conversations."""
 
-    def __init__(self, embedder: Any, model: str | None, api_key: str | None, limits: Limits) -> None:
+    def __init__(self, embedder: Any, model: str | None, api_key: str | None, limits: Limits,
+                 conversations_dir: Path | None = None) -> None:
         self.embedder, self.model, self.api_key, self.limits = embedder, model, api_key, limits
         self.metrics = Metrics()
+        self.conversations = Conversations(limits.max_conversations, conversations_dir, self.metrics)
         self.batcher: MicroBatcher | None = None
 
     async def start(self) -> None:

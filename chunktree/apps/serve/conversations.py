@@ -1,0 +1,102 @@
+"""Conversations held by the service: topic forests by id, bounded, optionally kept on disk.
+
+At most ``max_conversations`` forests are held in memory; adding one more evicts the least
+recently used. With a folder (``chunktree serve --conversations DIR``) every forest is saved
+after each turn (``DIR/<id>.json``, the format of ``Forest.save``), so an evicted conversation,
+or one from before a restart, is loaded again when it is next used. Without a folder an evicted
+conversation is gone (404 afterwards; counted in ``/metrics``). Turns of one conversation are
+placed one at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import re
+import uuid
+from collections import OrderedDict
+from pathlib import Path
+from typing import Any
+
+from chunktree.apps.serve.http import HTTPError
+
+log = logging.getLogger(__name__)
+
+_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+class Conversations:
+    """Forests by id, least recently used first, with a lock per conversation."""
+
+    def __init__(self, max_conversations: int, folder: Path | None, metrics: Any) -> None:
+        self.max_conversations, self.folder, self._metrics = max_conversations, folder, metrics
+        self._forests: OrderedDict[str, Any] = OrderedDict()
+        self._locks: dict[str, asyncio.Lock] = {}
+
+    @staticmethod
+    def check_id(conversation_id: Any) -> str:
+        if not isinstance(conversation_id, str) or not _ID.fullmatch(conversation_id):
+            raise HTTPError(422, f"a conversation id is 1-64 letters, digits, '-' or '_'; got {conversation_id!r}",
+                            "id")
+        return conversation_id
+
+    def _file(self, conversation_id: str) -> Path | None:
+        return None if self.folder is None else self.folder / f"{conversation_id}.json"
+
+    def exists(self, conversation_id: str) -> bool:
+        path = self._file(conversation_id)
+        return conversation_id in self._forests or (path is not None and path.is_file())
+
+    def lock(self, conversation_id: str) -> asyncio.Lock:
+        return self._locks.setdefault(conversation_id, asyncio.Lock())
+
+    def create(self, conversation_id: str | None, make: Any) -> tuple[str, Any]:
+        """A new conversation (a fresh id when None); 409 if the id is taken."""
+        conversation_id = uuid.uuid4().hex if conversation_id is None else self.check_id(conversation_id)
+        if self.exists(conversation_id):
+            raise HTTPError(409, f"the conversation {conversation_id!r} exists already", "id",
+                            code="conversation_exists")
+        forest = make()
+        self._hold(conversation_id, forest)
+        return conversation_id, forest
+
+    def get(self, conversation_id: str, load: Any) -> Any:
+        """The forest of ``conversation_id`` (loaded from the folder when it is not held), or 404."""
+        self.check_id(conversation_id)
+        if conversation_id in self._forests:
+            self._forests.move_to_end(conversation_id)
+            return self._forests[conversation_id]
+        path = self._file(conversation_id)
+        if path is None or not path.is_file():
+            raise HTTPError(404, f"no conversation {conversation_id!r} (never made, deleted, or evicted without "
+                                 "a --conversations folder)", "id", code="conversation_not_found")
+        forest = load(path)
+        self._hold(conversation_id, forest)
+        return forest
+
+    def save(self, conversation_id: str, forest: Any) -> None:
+        path = self._file(conversation_id)
+        if path is not None:
+            forest.save(path)
+
+    def delete(self, conversation_id: str) -> None:
+        self.check_id(conversation_id)
+        if not self.exists(conversation_id):
+            raise HTTPError(404, f"no conversation {conversation_id!r}", "id", code="conversation_not_found")
+        self._forests.pop(conversation_id, None)
+        self._locks.pop(conversation_id, None)
+        path = self._file(conversation_id)
+        if path is not None:
+            path.unlink(missing_ok=True)
+
+    def _hold(self, conversation_id: str, forest: Any) -> None:
+        self._forests[conversation_id] = forest
+        self._forests.move_to_end(conversation_id)
+        while len(self._forests) > self.max_conversations:
+            evicted, _ = self._forests.popitem(last=False)
+            if not self.lock(evicted).locked():
+                self._locks.pop(evicted, None)
+            if not self.exists(evicted):
+                log.warning("conversation %s evicted and lost (no --conversations folder)", evicted)
+            self._metrics.evicted.inc()
+        self._metrics.conversations.set(len(self._forests))
