@@ -13,6 +13,7 @@ The requested ``model`` picks the behaviour:
   the conclusion. Its answer is the first chunk it read, so the order decides it. Each reply takes
   20 ms, so concurrent requests overlap (``max_in_flight`` counts them).
 - ``judge-new``, ``judge-0``: a topic judge answering ``{"topic": "new"}`` / ``{"topic": 0}``.
+- ``summary``: answers "Summary of: " + the first 20 characters after "User: ".
 """
 
 from __future__ import annotations
@@ -101,6 +102,8 @@ class LLMServer:
                     text = "{not json"
                 elif model == "first-read":
                     text = _first_read_reply(messages)
+                elif model == "summary":
+                    text = "Summary of: " + messages[-1]["content"].split("User: ", 1)[1][:20]
                 elif model.startswith("judge-"):
                     topic = model.removeprefix("judge-")
                     text = json.dumps({"topic": topic if topic == "new" else int(topic)})

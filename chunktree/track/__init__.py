@@ -1,6 +1,7 @@
 """Track: a dialogue as a forest of topic trees, and the coherent context for its next turn."""
 
 from chunktree.track.decide import ACTIONS, Decision, LLMJudge, Thresholds
-from chunktree.track.forest import Context, Forest, ForestFileError, Node
+from chunktree.track.forest import Context, Forest, ForestFileError, LLMSummariser, Node
 
-__all__ = ["ACTIONS", "Context", "Decision", "Forest", "ForestFileError", "LLMJudge", "Node", "Thresholds"]
+__all__ = ["ACTIONS", "Context", "Decision", "Forest", "ForestFileError", "LLMJudge", "LLMSummariser", "Node",
+           "Thresholds"]

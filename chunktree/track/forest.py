@@ -36,6 +36,24 @@ class ForestFileError(ChunktreeError, ValueError):
     """A saved forest cannot be read."""
 
 
+SUMMARY_PROMPT = ("Summarise this conversation turn in one short line (at most 15 words), naming its topic. "
+                  "Reply with the line only.\n\nUser: {user}\nAssistant: {assistant}")
+
+
+class LLMSummariser:
+    """One-line turn summaries from an OpenAI-compatible chat model (``ChatClient``)."""
+
+    def __init__(self, llm: Any, *, max_tokens: int = 40) -> None:
+        self.llm, self.max_tokens = llm, max_tokens
+
+    def __call__(self, user: str, assistant: str | None) -> str:
+        prompt = SUMMARY_PROMPT.format(user=user, assistant=assistant or "(no reply yet)")
+        line = " ".join(self.llm.complete([{"role": "user", "content": prompt}], max_tokens=self.max_tokens).text.split())
+        if not line:
+            raise ValueError("an empty summary")
+        return line
+
+
 @dataclass
 class Node:
     """One turn: its texts, a short summary, and its place (tree, branch, parent, children)."""
@@ -100,11 +118,14 @@ class Forest:
         to when the embedding decision is within ``thresholds.uncertain`` of a threshold. A failed
         or malformed reply falls back to the embedding decision, recorded in ``Decision.llm``.
     summary_tokens : token cap of a node's summary.
+    summariser : ``LLMSummariser(llm)`` (or any ``f(user, assistant) -> str``) for the summaries
+        instead of the extractive default; when it fails, the node gets the extractive summary and
+        its failure is counted in ``summary_fallbacks``.
     """
 
     def __init__(self, embedder: Any = None, *, cache: EmbeddingCache | None = None,
                  thresholds: Thresholds | None = None, llm: Any = None,
-                 summary_tokens: int = SUMMARY_TOKENS) -> None:
+                 summary_tokens: int = SUMMARY_TOKENS, summariser: Any = None) -> None:
         self.embedder = embedder or default_embedder()
         self.cache = cache
         self.thresholds = thresholds or Thresholds()
@@ -112,6 +133,8 @@ class Forest:
             raise InvalidValueError(f"thresholds must be a Thresholds; got {type(self.thresholds).__name__}")
         self.judge = LLMJudge(llm) if llm is not None else None
         self.summary_tokens = positive_int(summary_tokens, "summary_tokens")
+        self.summariser = summariser
+        self.summary_fallbacks: list[str] = []
         self.nodes: list[Node] = []
         self.trees: list[_Tree] = []
         self.current: int | None = None  # the current node
@@ -204,8 +227,13 @@ class Forest:
     # -- summaries and context -----------------------------------------------------------------
 
     def _summary(self, user: str, assistant: str | None) -> str:
-        """The turn's most representative sentence (sharing the most content words with the whole
-        turn, the first of equals), cut to ``summary_tokens``."""
+        """The summariser's line, or the turn's most representative sentence (sharing the most
+        content words with the whole turn, the first of equals); cut to ``summary_tokens``."""
+        if self.summariser is not None:
+            try:
+                return self._cut(self.summariser(user, assistant), self.summary_tokens)
+            except Exception as exc:  # noqa: BLE001 - any failure falls back to the extractive summary
+                self.summary_fallbacks.append(f"turn {len(self.nodes)}: {type(exc).__name__}: {exc}")
         whole = user if not assistant else f"{user} {assistant}"
         sentences = [s.strip() for s in _SENTENCE.findall(whole) if s.strip()] or [whole.strip()]
         vocabulary = set(re.findall(r"\w+", whole.lower()))

@@ -154,3 +154,21 @@ def test_metrics_on_hand_made_segmentations():
     gold = np.array([0, 0, 0, 1, 0, 1, 0, 1, 0, 1])
     assert _segmentation_errors(gold, np.zeros(10, int), 1) == (4 / 9, 4 / 9)
     assert _segmentation_errors(gold, gold, 1) == (0.0, 0.0)
+
+
+def test_an_llm_summariser_and_its_fallback(embedder):
+    from llm_server import LLMServer
+
+    from chunktree.engine.read import ChatClient
+    from chunktree.track import LLMSummariser
+
+    with LLMServer() as server:
+        f = Forest(embedder, summariser=LLMSummariser(ChatClient(server.base_url, "summary")))
+        f.add(*WHALES[0])
+        assert f.nodes[0].summary == "Summary of: " + WHALES[0][0][:20].strip()
+        failing = Forest(embedder, summariser=LLMSummariser(ChatClient(server.base_url, "400")))
+        failing.add(*WHALES[0])
+        plain = Forest(embedder)
+        plain.add(*WHALES[0])
+        assert failing.nodes[0].summary == plain.nodes[0].summary  # the extractive one
+        assert len(failing.summary_fallbacks) == 1 and "turn 0: LLMError" in failing.summary_fallbacks[0]
