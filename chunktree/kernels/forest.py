@@ -3,10 +3,12 @@
 A top-K neighbour graph of real data falls apart into components (often one per topic), so the
 forest alone is not a tree. ``join_components`` adds, Borůvka-style, the best edge between each
 component and the components whose centroids are nearest to it — the best edge of each such pair
-found exactly by a matrix product of the two member sets — until one tree spans every vertex.
+found by matrix products of the two member sets (exactly for small pairs; for large ones between
+each side's frontier facing the other and the whole other side) — until one tree spans every vertex.
 """
 
 import numpy as np
+import scipy.sparse
 from numba import njit
 
 
@@ -67,14 +69,35 @@ def _best_cross_edge(x: np.ndarray, a: np.ndarray, b: np.ndarray, block: int = 2
     return best
 
 
+# A pair of components with more member pairs than this is joined through its frontier (below).
+EXACT_PAIRS = 1 << 22
+# Points of each side searched against the whole other side, for a large pair.
+FRONTIER = 256
+
+
+def _cross_edge(x: np.ndarray, a: np.ndarray, b: np.ndarray, centre_a: np.ndarray, centre_b: np.ndarray
+                ) -> tuple[int, int, float]:
+    """The best edge between components ``a`` and ``b``: exact for a small pair; for a large one,
+    the best edge between the ``FRONTIER`` points of each side nearest the other side's centre and
+    all of the other side (two products of FRONTIER x size instead of one of size x size)."""
+    if a.size * b.size <= EXACT_PAIRS:
+        return _best_cross_edge(x, a, b)
+    near_a = a[np.argsort(-(x[a] @ centre_b), kind="stable")[:FRONTIER]]
+    near_b = b[np.argsort(-(x[b] @ centre_a), kind="stable")[:FRONTIER]]
+    i, j, s = _best_cross_edge(x, near_a, b)
+    j2, i2, s2 = _best_cross_edge(x, near_b, a)
+    return (i, j, s) if s >= s2 else (i2, j2, s2)
+
+
 def join_components(x: np.ndarray, labels: np.ndarray, candidates: int = 3
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Edges (src, dst, weight) that join the components given by ``labels`` into one tree.
 
     Each round, every component is paired with the ``candidates`` components whose mean vectors
-    are most similar to its own; the best edge of each pair is computed exactly, and Kruskal over
-    those edges merges components. Every component gains an edge each round, so the number of
-    components at least halves per round.
+    are most similar to its own; the best edge of each pair is found by ``_cross_edge`` (exact
+    for small pairs, through the frontier facing the other component for large ones), and
+    Kruskal over those edges merges components. Every component gains an edge each round, so the
+    number of components at least halves per round.
     """
     src_all, dst_all, w_all = [], [], []
     labels = labels.copy()
@@ -86,15 +109,19 @@ def join_components(x: np.ndarray, labels: np.ndarray, candidates: int = 3
         members = np.argsort(inverse, kind="stable")
         bounds = np.searchsorted(inverse[members], np.arange(c + 1))
         groups = [members[bounds[g]:bounds[g + 1]] for g in range(c)]
-        centroids = np.zeros((c, x.shape[1]), dtype=np.float64)
-        np.add.at(centroids, inverse, x)
+        # Sums per component as one sparse (c x n) product: np.add.at took two thirds of the joining
+        # time at n = 100k, and gathering the rows by component would copy the vectors.
+        indicator = scipy.sparse.csr_matrix((np.ones(x.shape[0], x.dtype), (inverse, np.arange(x.shape[0]))),
+                                            shape=(c, x.shape[0]))
+        centroids = np.asarray(indicator @ x, dtype=np.float64)
         centroids /= np.maximum(np.linalg.norm(centroids, axis=1, keepdims=True), 1e-12)
         csim = centroids @ centroids.T
         np.fill_diagonal(csim, -np.inf)
         m = min(candidates, c - 1)
         near = np.argsort(-csim, axis=1, kind="stable")[:, :m]
         pairs = {(min(g, h), max(g, h)) for g in range(c) for h in near[g].tolist()}
-        edges = [(g, h, *_best_cross_edge(x, groups[g], groups[h])) for g, h in sorted(pairs)]
+        centres = centroids.astype(x.dtype)
+        edges = [(g, h, *_cross_edge(x, groups[g], groups[h], centres[g], centres[h])) for g, h in sorted(pairs)]
         e_src = np.array([e[2] for e in edges], dtype=np.int64)
         e_dst = np.array([e[3] for e in edges], dtype=np.int64)
         e_w = np.array([e[4] for e in edges], dtype=np.float32)

@@ -87,3 +87,20 @@ def test_orient_tree():
     parent, pw = orient_tree(src, dst, w, 4, 2)
     assert parent.tolist() == [1, 2, -1, 1]
     np.testing.assert_allclose(pw, [.5, .6, 0, .7])
+
+
+def test_the_frontier_join_of_large_components_finds_the_exact_best_edges(monkeypatch):
+    """Components larger than FRONTIER: their best edge through each side's frontier equals the
+    best edge of the exhaustive search, on topic blobs where the components are the topics."""
+    import chunktree.kernels.forest as forest
+
+    x = blobs(3000, 24, 6, seed=7)
+    centres = x[[np.flatnonzero(np.argmax(x @ x[:6].T, axis=1) == t)[0] for t in range(6)]]
+    labels = np.argmax(x @ centres.T, axis=1)
+    monkeypatch.setattr(forest, "FRONTIER", 64)
+    monkeypatch.setattr(forest, "EXACT_PAIRS", 0)  # every pair through the frontier
+    frontier = join_components(x, labels, candidates=5)
+    monkeypatch.setattr(forest, "EXACT_PAIRS", 1 << 62)  # every pair exhaustively
+    exact = join_components(x, labels, candidates=5)
+    assert len(frontier[0]) == len(exact[0]) == np.unique(labels).size - 1
+    assert frontier[2].sum() >= 0.999 * exact[2].sum()

@@ -1,0 +1,56 @@
+"""Joining the top-K forest's components: time and joining weight of ``join_components`` against
+its exhaustive reference (every pair of components searched in full), in the same run, with the
+top-K search and the forest timed beside it for the share.
+
+    python -m pytest bench/bench_join.py                                  # n = 300,000
+    CHUNKTREE_BENCH_JOIN_N=1000000 python -m pytest bench/bench_join.py  # about 8 minutes
+
+Goal (issue 13, reported, not asserted): joining <= 10% of the tree time, at the exhaustive
+join's weight.
+"""
+
+import os
+import time
+
+import numpy as np
+from conftest import summary
+from synthetic import clustered_unit_vectors
+
+from chunktree.engine.order import DEFAULT_K, DEFAULT_PROBES, sparse_neighbours
+from chunktree.kernels import forest
+
+N = int(os.environ.get("CHUNKTREE_BENCH_JOIN_N", 300_000))
+
+
+def test_join(results, monkeypatch):
+    x = clustered_unit_vectors(N, seed=0)
+    t0 = time.perf_counter()
+    ids, sims = sparse_neighbours(x, DEFAULT_K, round(2 * np.sqrt(N)), DEFAULT_PROBES, 0)
+    t_knn = time.perf_counter() - t0
+    valid = ids.ravel() >= 0
+    src = np.repeat(np.arange(N, dtype=np.int64), DEFAULT_K)[valid]
+    t0 = time.perf_counter()
+    _, labels = forest.max_spanning_forest(src, ids.ravel()[valid], sims.ravel()[valid], N)
+    t_forest = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    joined = forest.join_components(x, labels)
+    t_join = time.perf_counter() - t0
+    monkeypatch.setattr(forest, "EXACT_PAIRS", 1 << 62)
+    t0 = time.perf_counter()
+    exhaustive = forest.join_components(x, labels)
+    t_exhaustive = time.perf_counter() - t0
+    results["join"] = {"n": N, "components": int(np.unique(labels).size), "knn": t_knn, "forest": t_forest,
+                       "join": t_join, "exhaustive": t_exhaustive, "weight": float(joined[2].sum()),
+                       "exhaustive_weight": float(exhaustive[2].sum())}
+
+
+@summary
+def _report(results):
+    r = results.get("join")
+    if not r:
+        return []
+    tree = r["knn"] + r["forest"] + r["join"]
+    return [f"join at n = {r['n']:,} ({r['components']} components): {r['join']:.2f} s, "
+            f"{100 * r['join'] / tree:.1f}% of the tree time (top-K {r['knn']:.1f} s, forest {r['forest']:.1f} s); "
+            f"exhaustive reference {r['exhaustive']:.2f} s ({r['exhaustive'] / r['join']:.1f}x); joining weight "
+            f"{r['weight']:.4f} vs {r['exhaustive_weight']:.4f}"]
