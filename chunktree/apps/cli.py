@@ -75,6 +75,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"exact (dense Prim's), sparse (top-K graph), or auto: exact up to {EXACT_MAX_N} chunks "
                         "(default %(default)s)")
     p.add_argument("-k", "--neighbours", type=int, default=None, help="top-K neighbours for the sparse method")
+    p.add_argument("--embeddings", type=Path, default=None, metavar="X.npy",
+                   help="order the vectors of 'chunktree embed' instead of reading PATHs (memory-mapped, not "
+                        "re-embedded); their chunks come from --chunks")
+    p.add_argument("--chunks", type=Path, default=None, metavar="X.jsonl",
+                   help="the chunks of --embeddings, one per row (default: X.jsonl beside X.npy)")
     p.add_argument("--format", choices=("text", "json", "jsonl"), default="text")
     p.add_argument("--top", type=int, default=None,
                    help="print only the first N ordered chunks (default: 10 for text, all for json/jsonl)")
@@ -325,14 +330,58 @@ def cmd_embed(args: argparse.Namespace) -> int:
     return 0
 
 
+def _embedded(args: argparse.Namespace) -> tuple[np.ndarray, list[Any]]:
+    """The vectors of --embeddings (memory-mapped) and their chunks, checked against each other."""
+    from chunktree.engine.chunking import Chunk
+
+    if args.paths or args.sample:
+        raise InvalidValueError("give PATHs, --sample or --embeddings (one of them)")
+    chunks_path = args.chunks or args.embeddings.with_suffix(".jsonl")
+    try:
+        vectors = np.load(args.embeddings, mmap_mode="r")
+    except (OSError, ValueError) as exc:
+        raise InvalidValueError(f"--embeddings {args.embeddings}: not a readable .npy file ({exc})") from None
+    if vectors.ndim != 2 or vectors.dtype not in (np.float32, np.float16, np.float64):
+        raise InvalidValueError(f"--embeddings {args.embeddings}: need a 2-D float array; got {vectors.dtype} "
+                                f"{vectors.shape}")
+    chunks = []
+    try:
+        with chunks_path.open(encoding="utf-8") as f:
+            for number, line in enumerate(f, 1):
+                try:
+                    chunks.append(Chunk(**json.loads(line)))
+                except (ValueError, TypeError) as exc:
+                    raise InvalidValueError(f"--chunks {chunks_path}:{number}: not a chunk row ({exc})") from None
+    except OSError as exc:
+        raise InvalidValueError(f"--chunks {chunks_path}: cannot read it ({exc.strerror or exc})") from None
+    if len(chunks) != vectors.shape[0]:
+        raise InvalidValueError(f"--embeddings {args.embeddings} has {vectors.shape[0]} rows but --chunks "
+                                f"{chunks_path} has {len(chunks)} chunks")
+    return vectors, chunks
+
+
 def cmd_order(args: argparse.Namespace) -> int:
+    import dataclasses
+
     from chunktree.engine.order import order
 
     if args.top is not None and args.top < 1:
         raise InvalidValueError(f"--top must be >= 1; got {args.top}")
-    embedder, chunks, chunk_s = _load_chunks(args)
-    result = order(chunks, args.query, strategy=args.strategy, root=args.root, method=args.method,
-                   k=args.neighbours, embedder=embedder, cache=_open_cache(args), progress=_progress(args))
+    if args.embeddings is not None:
+        from chunktree.models.embedder import Embedder
+
+        vectors, chunks = _embedded(args)
+        embedder = Embedder(args.model, threads=args.threads) if args.query is not None else None
+        if embedder is not None and embedder.dim != vectors.shape[1]:
+            raise InvalidValueError(f"--embeddings has {vectors.shape[1]} dims but --model {args.model} makes "
+                                    f"{embedder.dim}: the query must be embedded by the model that made the file")
+        result = order(vectors, args.query, strategy=args.strategy, root=args.root, method=args.method,
+                       k=args.neighbours, embedder=embedder, cache=_open_cache(args))
+        result, chunk_s = dataclasses.replace(result, items=chunks), 0.0  # the chunks give the provenance
+    else:
+        embedder, chunks, chunk_s = _load_chunks(args)
+        result = order(chunks, args.query, strategy=args.strategy, root=args.root, method=args.method,
+                       k=args.neighbours, embedder=embedder, cache=_open_cache(args), progress=_progress(args))
     top = args.top or (10 if args.format == "text" else None)
     doc = _with_chunk_time(result.to_dict(top=top), chunk_s)
     if _printed_structured(doc, args.format, "chunks"):

@@ -323,3 +323,18 @@ def test_track_names_a_bad_line_before_any_work(tmp_path, cli):
     path.write_text('{"user": "fine"}\n{"assistant": "no user"}\n', encoding="utf-8")
     r = cli("track", path, "--no-cache")
     assert r.returncode == 2 and f"{path}:2: a turn must be a JSON object with a non-empty 'user' string" in r.stderr
+
+
+def test_order_from_embeddings_equals_order_from_the_texts(tmp_path, cli, corpus):
+    out = tmp_path / "e.npy"
+    assert cli("embed", corpus, "-o", out, "--no-cache").returncode == 0
+    direct = json.loads(cli("order", corpus, "--format", "json", "--no-cache", "-q", "sperm whale").stdout)
+    r = cli("order", "--embeddings", out, "--format", "json", "--no-cache", "-q", "sperm whale")
+    assert r.returncode == 0, r.stderr
+    embedded = json.loads(r.stdout)
+    assert embedded["order"] == direct["order"] and embedded["root"] == direct["root"]
+    assert [c["text"] for c in embedded["chunks"]] == [c["text"] for c in direct["chunks"]]
+    assert embedded["embedding"] is None  # nothing was embedded but the query
+    (tmp_path / "short.jsonl").write_text((tmp_path / "e.jsonl").read_text().splitlines()[0] + "\n")
+    bad = cli("order", "--embeddings", out, "--chunks", tmp_path / "short.jsonl", "--no-cache")
+    assert bad.returncode == 2 and "has 1 chunks" in bad.stderr and "rows but --chunks" in bad.stderr
