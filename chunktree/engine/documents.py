@@ -1,8 +1,8 @@
 """Read files into documents: plain text plus where its pages and headings start.
 
 Supported inputs: ``.txt``, ``.md``/``.markdown``, ``.pdf`` (pypdf), ``.html``/``.htm`` (the
-page's main content, as Markdown, by trafilatura) and ``.jsonl`` (one document per line: ``text``, optional ``id``, any other keys kept as metadata),
-given as files or folders (searched recursively, in sorted order). Every problem — an empty,
+page's main content, as Markdown, by trafilatura) and ``.jsonl`` (one document per line:
+``text``, optional ``id``, any other keys kept as metadata), given as files or folders (searched recursively, in sorted order). Every problem — an empty,
 binary, undecodable or unreadable file, a bad JSONL line — raises ``DocumentError`` naming the file.
 """
 
