@@ -117,12 +117,20 @@ def test_http(results, servers, mode, clients):
                                          "rps": len(lat) / wall}
 
 
-def rss_mb(pid):
+def _status_mb(pid, field):
     with open(f"/proc/{pid}/status") as f:
         for line in f:
-            if line.startswith("VmRSS:"):
+            if line.startswith(field + ":"):
                 return int(line.split()[1]) / 1024
     return float("nan")
+
+
+def rss_mb(pid):
+    return _status_mb(pid, "VmRSS")
+
+
+def peak_rss_mb(pid):
+    return _status_mb(pid, "VmHWM")
 
 
 @pytest.mark.skipif(not SOAK, reason="opt-in: CHUNKTREE_BENCH_SOAK=1 (5 minutes)")
@@ -149,14 +157,6 @@ def test_soak(results):
     results["serve"]["soak"] = {"requests": len(lat), "errors": errors, "rss_first": warm[0], "rss_max": max(warm),
                                 "growth": growth, "p99": float(np.percentile(lat, 99)), "wall": wall}
     assert errors == 0
-
-
-def peak_rss_mb(pid):
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024
-    return float("nan")
 
 
 async def post_raw(port, body, *, hang_up_after=None, timeout=300.0):

@@ -41,8 +41,8 @@ def conversation(n, seed=0):
     return np.array(rows), [f"Turn {i} about topic words {i % 7} and more." for i in range(n + TIMED)]
 
 
-@pytest.mark.parametrize("n", SIZES)
-def test_decision_without_embedding(results, embedder, n):
+def timed_turns(results, embedder, n, kind, place):
+    """A forest of n turns, then TIMED more placed by ``place(forest, i, vectors, texts)``, timed."""
     vectors, texts = conversation(n)
     forest = Forest(embedder)
     for i in range(n):
@@ -50,23 +50,20 @@ def test_decision_without_embedding(results, embedder, n):
     times = []
     for i in range(n, n + TIMED):
         t0 = time.perf_counter()
-        forest._place(texts[i], None, vectors[i], vectors[i])
+        place(forest, i, vectors, texts)
         times.append(time.perf_counter() - t0)
-    results["track"][("decision", n)] = (float(np.median(times)), float(np.percentile(times, 99)), len(forest.trees))
+    results["track"][(kind, n)] = (float(np.median(times)), float(np.percentile(times, 99)), len(forest.trees))
+
+
+@pytest.mark.parametrize("n", SIZES)
+def test_decision_without_embedding(results, embedder, n):
+    timed_turns(results, embedder, n, "decision", lambda f, i, v, t: f._place(t[i], None, v[i], v[i]))
 
 
 @pytest.mark.parametrize("n", SIZES)
 def test_add_with_embedding(results, embedder, n):
-    vectors, texts = conversation(n)
-    forest = Forest(embedder)
-    for i in range(n):
-        forest._place(texts[i], None, vectors[i], vectors[i])
-    times = []
-    for i in range(n, n + TIMED):
-        t0 = time.perf_counter()
-        forest.add(f"A new question number {i} about the whale and the ship?", "An answer.")
-        times.append(time.perf_counter() - t0)
-    results["track"][("add", n)] = (float(np.median(times)), float(np.percentile(times, 99)), len(forest.trees))
+    timed_turns(results, embedder, n, "add",
+                lambda f, i, v, t: f.add(f"A new question number {i} about the whale and the ship?", "An answer."))
 
 
 @summary

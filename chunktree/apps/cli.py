@@ -41,6 +41,10 @@ def _add_corpus_args(p: argparse.ArgumentParser, model_flag: str = "--model") ->
     p.add_argument("--threads", type=int, default=None, help="onnxruntime threads (default: all cores)")
     p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
                    help="texts per forward pass (default %(default)s)")
+    _add_cache_args(p)
+
+
+def _add_cache_args(p: argparse.ArgumentParser) -> None:
     cache = p.add_mutually_exclusive_group()
     cache.add_argument("--cache", type=Path, default=None,
                        help="embedding cache file (default: embeddings.sqlite in the user cache dir)")
@@ -145,9 +149,7 @@ def build_parser() -> argparse.ArgumentParser:
                      help="SQLite cache of LLM calls (default: llm.sqlite in the user cache dir)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random order (default %(default)s)")
     p.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
-    cache = p.add_mutually_exclusive_group()
-    cache.add_argument("--cache", type=Path, default=None, help="embedding cache file")
-    cache.add_argument("--no-cache", action="store_true", help="do not use the embedding cache")
+    _add_cache_args(p)
     p.set_defaults(func=cmd_eval_order)
 
     p = sub.add_parser("track", help="keep a dialogue as a forest of topic trees",
@@ -166,9 +168,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ask this OpenAI-compatible server which topic an uncertain turn belongs to")
     p.add_argument("--llm-model", default=None, help="the judge's model name")
     p.add_argument("--model", default=DEFAULT_MODEL.name, help="embedding model name or .onnx file")
-    cache = p.add_mutually_exclusive_group()
-    cache.add_argument("--cache", type=Path, default=None, help="embedding cache file")
-    cache.add_argument("--no-cache", action="store_true", help="do not use the embedding cache")
+    _add_cache_args(p)
     p.set_defaults(func=cmd_track)
 
     p = sub.add_parser("eval-track", help="measure the topic forest on dialogues stitched from CoQA",
@@ -182,9 +182,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--calibrate", action="store_true",
                    help="search the thresholds on the first half of the stories instead of evaluating")
     p.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
-    cache = p.add_mutually_exclusive_group()
-    cache.add_argument("--cache", type=Path, default=None, help="embedding cache file")
-    cache.add_argument("--no-cache", action="store_true", help="do not use the embedding cache")
+    _add_cache_args(p)
     p.set_defaults(func=cmd_eval_track)
 
     p = sub.add_parser("serve", help="run the HTTP service (OpenAI-compatible embeddings, order, select)",

@@ -54,6 +54,11 @@ class LLMSummariser:
         return line
 
 
+def _texts(node: Node) -> list[str]:
+    """The node's texts as context messages: the user's, and the assistant's when there is one."""
+    return [node.user, node.assistant] if node.assistant else [node.user]
+
+
 @dataclass
 class Node:
     """One turn: its texts, a short summary, and its place (tree, branch, parent, children)."""
@@ -139,6 +144,7 @@ class Forest:
         self.trees: list[_Tree] = []
         self.current: int | None = None  # the current node
         self._slot: list[int] = []  # each node's row in its tree's vectors
+        self._tokens: list[int] = []  # each node's tokens as context messages (user + assistant)
 
     # -- placing turns -------------------------------------------------------------------------
 
@@ -219,6 +225,7 @@ class Forest:
             self.nodes[parent].children.append(node.id)
         self.nodes.append(node)
         self._slot.append(len(tree.node_ids))
+        self._tokens.append(int(self.embedder.count_tokens(_texts(node)).sum()))
         tree.append(node.id, vector)
         tree.anchor, tree.last_turn = node.id, turn
         self.current = node.id
@@ -296,7 +303,7 @@ class Forest:
             msgs = [{"role": "user", "content": n.user}]
             if n.assistant:
                 msgs.append({"role": "assistant", "content": n.assistant})
-            cost = int(count([m["content"] for m in msgs]).sum())
+            cost = self._tokens[node_id]
             if budget_tokens is not None and used + cost > budget_tokens:
                 cut = True
                 break
@@ -365,6 +372,10 @@ class Forest:
             forest.current = data["current"]
             slots = {n: i for t in forest.trees for i, n in enumerate(t.node_ids)}
             forest._slot = [slots[i] for i in range(len(forest.nodes))]
+            texts = [_texts(n) for n in forest.nodes]
+            counts = forest.embedder.count_tokens([t for pair in texts for t in pair]).tolist()
+            ends = np.cumsum([len(pair) for pair in texts]).tolist()
+            forest._tokens = [int(sum(counts[end - len(pair):end])) for pair, end in zip(texts, ends)]
         except (KeyError, TypeError, ValueError, IndexError) as exc:
             raise ForestFileError(f"damaged forest data ({type(exc).__name__}: {exc})") from None
         held = sorted(n for t in forest.trees for n in t.node_ids)

@@ -181,7 +181,7 @@ class MicroBatcher:
                 continue
             batch = self._take()
             texts = [t for job in batch for t in job.texts]
-            self._running_chars = sum(job.chars for job in batch)
+            chars = self._running_chars = sum(job.chars for job in batch)
             self._metrics.batch_size.observe(len(texts))
             t0 = time.perf_counter()
             try:
@@ -193,7 +193,7 @@ class MicroBatcher:
                 continue
             finally:
                 self._running_chars = 0
-            measured = sum(job.chars for job in batch) / max(time.perf_counter() - t0, 1e-6)
+            measured = chars / max(time.perf_counter() - t0, 1e-6)
             self.rate = measured if self.rate is None else (1 - RATE_WEIGHT) * self.rate + RATE_WEIGHT * measured
             start = 0
             for job in batch:
