@@ -108,6 +108,11 @@ def text(value: Any, name: str, *, allow_empty: bool = False) -> str:
     return value
 
 
+# Rows whose L2 norm is within this of 1 are taken as unit rows and not renormalised (float32
+# normalisation leaves norms within about 1e-7 of 1).
+UNIT_TOLERANCE = 1e-6
+
+
 def check_array(x: Any, name: str = "X") -> np.ndarray:
     """``x`` as a C-contiguous float32 (n, d) array of finite values."""
     arr = np.asarray(x)
@@ -116,19 +121,51 @@ def check_array(x: Any, name: str = "X") -> np.ndarray:
     if arr.ndim != 2:
         raise InvalidValueError(f"{name} must be a 2-D array (n, d); got shape {arr.shape}")
     arr = np.ascontiguousarray(arr, dtype=np.float32)
-    if not np.isfinite(arr).all():
-        bad = np.argwhere(~np.isfinite(arr))[0]
-        raise InvalidValueError(f"{name} must be finite; found {arr[tuple(bad)]} at index "
-                                f"{tuple(int(b) for b in bad)}")
+    _finite(arr, name)
     return arr
 
 
-def unit_rows(x: Any, name: str) -> np.ndarray:
-    """``check_array``, then every row scaled to unit L2 norm; zero rows are an error."""
-    arr = check_array(x, name)
-    norms = np.linalg.norm(arr, axis=-1, keepdims=True)
-    if (norms == 0).any():
-        zero = np.flatnonzero(norms.reshape(-1) == 0)
-        raise InvalidValueError(f"{name} has zero-norm vectors at rows {zero[:10].tolist()}; "
-                                "cosine is undefined there")
-    return arr / norms
+def _finite(arr: np.ndarray, name: str, first_row: int = 0) -> None:
+    """Refuse non-finite values, naming the first one's index (rows counted from ``first_row``)."""
+    if not np.isfinite(arr).all():
+        bad = np.argwhere(~np.isfinite(arr))[0]
+        raise InvalidValueError(f"{name} must be finite; found {arr[tuple(bad)]} at index "
+                                f"{(int(bad[0]) + first_row, *(int(b) for b in bad[1:]))}")
+
+
+def unit_rows(x: Any, name: str, block: int = 65536) -> np.ndarray:
+    """``x``'s rows scaled to unit L2 norm, as C-contiguous float32 (n, d), checked block by block
+    (``check_array``'s rules; zero rows are an error) with scratch of one block.
+
+    Rows that are already float32, C-contiguous and of unit norm (within ``UNIT_TOLERANCE``; what
+    ``chunktree embed`` writes) are returned as a read-only view, not copied: a memory-mapped
+    ``.npy`` stays on disk, in the page cache. Anything else (float16, float64, other norms)
+    becomes one new array, written block by block.
+    """
+    arr = np.asarray(x)
+    if arr.dtype.kind not in "fiu":
+        raise InvalidTypeError(f"{name} must be a numeric array; got dtype {arr.dtype}")
+    if arr.ndim != 2:
+        raise InvalidValueError(f"{name} must be a 2-D array (n, d); got shape {arr.shape}")
+    as_is = arr.dtype == np.float32 and arr.flags.c_contiguous
+    out = None if as_is else np.empty(arr.shape, dtype=np.float32)
+    for start in range(0, arr.shape[0], block):
+        part = np.asarray(arr[start:start + block], dtype=np.float32)
+        _finite(part, name, start)
+        norms = np.sqrt(np.einsum("ij,ij->i", part, part, dtype=np.float64))[:, None]
+        if (norms == 0).any():
+            zero = np.flatnonzero(norms.reshape(-1) == 0) + start
+            raise InvalidValueError(f"{name} has zero-norm vectors at rows {zero[:10].tolist()}; "
+                                    "cosine is undefined there")
+        if out is None and np.abs(norms - 1.0).max() > UNIT_TOLERANCE:
+            out = np.empty(arr.shape, dtype=np.float32)  # not unit after all: normalise a copy
+            for done in range(0, start, block):
+                earlier = arr[done:done + block]
+                out[done:done + block] = earlier / np.sqrt(np.einsum("ij,ij->i", earlier, earlier,
+                                                                     dtype=np.float64))[:, None]
+        if out is not None:
+            np.divide(part, norms, out=out[start:start + block], casting="unsafe")
+    if out is None:
+        out = arr.view(np.ndarray)
+        out.flags.writeable = False
+    return out

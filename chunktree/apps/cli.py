@@ -51,6 +51,12 @@ def _add_cache_args(p: argparse.ArgumentParser) -> None:
     cache.add_argument("--no-cache", action="store_true", help="do not read or write the embedding cache")
 
 
+def _add_ray_arg(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--ray", default=None, metavar="local|ADDRESS",
+                   help=f"{what} (needs chunktree[ray]): 'local' starts one on this machine; otherwise the "
+                        "address of a running cluster ('auto', or HOST:PORT of `ray start --head`)")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="chunktree", description="Decide which chunks an LLM sees, and in what order.")
     parser.add_argument("-v", "--verbose", action="store_true", help="log progress details")
@@ -64,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "per chunk) and OUT.jsonl (the chunks' text and provenance, same order).")
     _add_corpus_args(p)
     p.add_argument("-o", "--output", type=Path, required=True, metavar="OUT.npy", help="where to write the vectors")
+    _add_ray_arg(p, "embed on a Ray cluster")
     p.set_defaults(func=cmd_embed)
 
     p = sub.add_parser("order", help="order chunks for a sequential reader (CL-ORDER)",
@@ -87,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("text", "json", "jsonl"), default="text")
     p.add_argument("--top", type=int, default=None,
                    help="print only the first N ordered chunks (default: 10 for text, all for json/jsonl)")
+    _add_ray_arg(p, "embed and run the top-K search on a Ray cluster")
     p.set_defaults(func=cmd_order)
 
     p = sub.add_parser("select", help="pick representative chunks covering every topic (no query)",
@@ -315,7 +323,7 @@ def cmd_embed(args: argparse.Namespace) -> int:
     _check_output_folder(out)  # before any work, not after minutes of embedding
     embedder, chunks, chunk_s = _load_chunks(args)
     cache = _open_cache(args)
-    vectors, stats = embed_texts([c.text for c in chunks], embedder, cache, progress=_progress(args))
+    vectors, stats = embed_texts([c.text for c in chunks], embedder, cache, progress=_progress(args), ray=args.ray)
     np.save(out, vectors)
     meta = out.with_suffix(".jsonl")
     with meta.open("w", encoding="utf-8") as f:
@@ -374,12 +382,13 @@ def cmd_order(args: argparse.Namespace) -> int:
             raise InvalidValueError(f"--embeddings has {vectors.shape[1]} dims but --model {args.model} makes "
                                     f"{embedder.dim}: the query must be embedded by the model that made the file")
         result = order(vectors, args.query, strategy=args.strategy, root=args.root, method=args.method,
-                       k=args.neighbours, embedder=embedder, cache=_open_cache(args))
+                       k=args.neighbours, embedder=embedder, cache=_open_cache(args), ray=args.ray)
         result, chunk_s = dataclasses.replace(result, items=chunks), 0.0  # the chunks give the provenance
     else:
         embedder, chunks, chunk_s = _load_chunks(args)
         result = order(chunks, args.query, strategy=args.strategy, root=args.root, method=args.method,
-                       k=args.neighbours, embedder=embedder, cache=_open_cache(args), progress=_progress(args))
+                       k=args.neighbours, embedder=embedder, cache=_open_cache(args), progress=_progress(args),
+                       ray=args.ray)
     top = args.top or (10 if args.format == "text" else None)
     doc = _with_chunk_time(result.to_dict(top=top), chunk_s)
     if _printed_structured(doc, args.format, "chunks"):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -41,11 +41,14 @@ def embed_texts(
     *,
     progress: bool = False,
     commit_every: int = COMMIT_EVERY,
+    ray: str | None = None,
 ) -> tuple[np.ndarray, EmbedStats]:
     """Embed ``texts`` with ``embedder``, reusing and filling ``cache`` when given.
 
     New vectors are committed to the cache every ``commit_every`` texts, so a run that is
-    killed resumes where it stopped. ``progress`` shows a bar counting texts.
+    killed resumes where it stopped. ``progress`` shows a bar counting texts. ``ray``: embed
+    the same batches on the Ray cluster at that address (``"local"``: one on this machine; see
+    ``engine.distributed``), committed as they come back.
 
     Returns
     -------
@@ -68,10 +71,17 @@ def embed_texts(
     todo = sorted(unique.items(), key=lambda item: len(item[0]))
     # Counted in characters, which the cost follows, not texts: short texts go first.
     bar = progress_counter(sum(len(text) for text, _ in todo), "embed", "char", enabled=progress and bool(todo))
+    parts = [todo[start:start + commit_every] for start in range(0, len(todo), commit_every)]
+    batches = [[text for text, _ in part] for part in parts]
+    if ray is None:
+        results: Iterator[tuple[int, np.ndarray]] = ((i, embedder.embed(batch)) for i, batch in enumerate(batches))
+    else:
+        from chunktree.engine.distributed import embed_batches
+
+        results = embed_batches(batches, embedder, ray) if batches else iter(())
     done = 0
-    for start in range(0, len(todo), commit_every):
-        part = todo[start:start + commit_every]
-        new = embedder.embed([text for text, _ in part])
+    for i, new in results:
+        part = parts[i]
         for row, (_, rows) in enumerate(part):
             vectors[rows] = new[row]
         if cache is not None:

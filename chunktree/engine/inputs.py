@@ -127,11 +127,13 @@ def prepare(
     cache: EmbeddingCache | None = None,
     name: str = "chunks",
     progress: bool = False,
+    ray: str | None = None,
 ) -> Inputs:
     """Turn chunks, strings or an embedding array (and a query string or vector) into ``Inputs``.
 
-    Texts are embedded with ``embedder`` (default: ``default_embedder()``) through ``cache``.
-    Every check runs before anything is embedded.
+    Texts are embedded with ``embedder`` (default: ``default_embedder()``) through ``cache``, on
+    the Ray cluster at ``ray`` when given (``engine.distributed``). Every check runs before
+    anything is embedded.
     """
     if isinstance(items, (str, bytes)):
         raise InvalidTypeError(f"{name} must be a sequence of chunks or strings, or an array; got a single "
@@ -155,7 +157,7 @@ def prepare(
     if texts is not None or isinstance(query, str):
         embedder = embedder or default_embedder()
         if texts is not None:
-            x, stats = embed_texts(texts, embedder, cache, progress=progress)
+            x, stats = embed_texts(texts, embedder, cache, progress=progress, ray=ray)
     query_text = query if isinstance(query, str) else None
     if query_text is not None:
         query = embed_texts([query_text], embedder, cache)[0][0]

@@ -44,7 +44,7 @@ def assign(x: np.ndarray, centers: np.ndarray, x_sq: np.ndarray | None = None,
     return labels, dist_sq
 
 
-@njit("Tuple((float64[:, :], int64[:]))(float32[:, ::1], int64[:], int64)", cache=True)
+@njit(cache=True)  # no fixed signature: x may be a read-only view (a memory-mapped .npy)
 def center_sums(x, labels, k):  # pragma: no cover - compiled
     """Per-centre sum of the rows assigned to it (float64) and their count."""
     n, d = x.shape
@@ -96,3 +96,24 @@ def kmeans_plusplus(x: np.ndarray, k: int, rng: np.random.Generator,
         closest = np.ascontiguousarray(d[:, best])
         closest[chosen[:c + 1]] = 0.0
     return chosen
+
+
+def spherical_kmeans(x: np.ndarray, k: int, seed: int = 0, iters: int = 10,
+                     points_per_centre: int = 64) -> np.ndarray:
+    """float32 (k, d) unit centres of unit rows ``x``: Lloyd iterations by cosine on a sample of
+    at most ``points_per_centre * k`` rows, starting from ``k`` distinct sampled rows. A centre
+    that loses every row keeps its place. Each iteration is one blocked product (``assign``) and
+    one pass of ``center_sums``."""
+    rng = np.random.default_rng(seed)
+    n = x.shape[0]
+    sample = np.sort(rng.choice(n, min(n, points_per_centre * k), replace=False))
+    xs = np.ascontiguousarray(x[sample], dtype=np.float32)
+    centers = xs[rng.choice(xs.shape[0], k, replace=False)].copy()
+    ones = np.ones(xs.shape[0], dtype=np.float32)  # unit rows: ||x||^2 = 1
+    for _ in range(iters):
+        labels, _ = assign(xs, centers, ones)
+        sums, counts = center_sums(xs, labels, k)
+        norms = np.linalg.norm(sums, axis=1)
+        moved = (counts > 0) & (norms > 0)
+        centers[moved] = (sums[moved] / norms[moved, None]).astype(np.float32)
+    return centers
