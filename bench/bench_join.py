@@ -14,16 +14,16 @@ import time
 
 import numpy as np
 from conftest import summary
-from synthetic import clustered_unit_vectors
 
 from chunktree.engine.order import DEFAULT_K, DEFAULT_PROBES, sparse_neighbours
+from chunktree.engine.scale import synthetic_embeddings
 from chunktree.kernels import forest
 
 N = int(os.environ.get("CHUNKTREE_BENCH_JOIN_N", 300_000))
 
 
 def test_join(results, monkeypatch):
-    x = clustered_unit_vectors(N, seed=0)
+    x = synthetic_embeddings(N, seed=0)
     t0 = time.perf_counter()
     ids, sims = sparse_neighbours(x, DEFAULT_K, round(2 * np.sqrt(N)), DEFAULT_PROBES, 0)
     t_knn = time.perf_counter() - t0

@@ -22,9 +22,9 @@ import tracemalloc
 import numpy as np
 import pytest
 from conftest import summary
-from synthetic import clustered_unit_vectors
 
 from chunktree.engine.order import order, sparse_neighbours
+from chunktree.engine.scale import synthetic_embeddings
 
 LARGE = os.environ.get("CHUNKTREE_BENCH_LARGE") == "1"
 
@@ -60,7 +60,7 @@ def timed(fn, *args, **kwargs):
 def test_vs_naive_pipeline(benchmark, results, n):
     pytest.importorskip("networkx")
     pytest.importorskip("sklearn")
-    x = clustered_unit_vectors(n, seed=n)
+    x = synthetic_embeddings(n, seed=n)
     ours = benchmark.pedantic(order, args=(x,), kwargs={"strategy": "dfs", "method": "exact"}, rounds=5,
                               iterations=1, warmup_rounds=1)
     naive, naive_s = timed(naive_blog_order, x)
@@ -72,7 +72,7 @@ def test_vs_naive_pipeline(benchmark, results, n):
 
 @pytest.mark.parametrize("n", [5000, 10000, 20000])
 def test_exact_vs_one_gemm(benchmark, results, n):
-    x = clustered_unit_vectors(n, seed=n)
+    x = synthetic_embeddings(n, seed=n)
     rounds = 5
     # Each product allocates and first-touches its n x n output, as order() does: same cost model.
     gemm_s = float(np.median([timed(lambda: x @ x.T)[1] for _ in range(rounds)]))
@@ -91,7 +91,7 @@ SPARSE_CASES = [(20000, 100), (20000, 1000), (50000, 100), (50000, 2500), (10000
 def test_sparse(benchmark, results, n, topics):
     if n == 50000 and not LARGE:
         pytest.skip("exact reference at n = 50k needs 10 GB; set CHUNKTREE_BENCH_LARGE=1")
-    x = clustered_unit_vectors(n, topics=topics, seed=n)
+    x = synthetic_embeddings(n, topics=topics, seed=n)
     result = benchmark.pedantic(order, args=(x,), kwargs={"method": "sparse"}, rounds=1, iterations=1)
     _, peak = peak_mb(order, x, method="sparse")
     row = {"order_s": float(np.median(benchmark.stats.stats.data)), "peak_mb": peak,

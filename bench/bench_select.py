@@ -13,9 +13,9 @@ import time
 import numpy as np
 import pytest
 from conftest import summary
-from synthetic import clustered_unit_vectors
 
 from chunktree import MiniBatchKMeans
+from chunktree.engine.scale import synthetic_embeddings
 from chunktree.kernels.kmeans import assign
 
 CASES = [(20000, 10), (20000, 100), (100000, 10), (100000, 100)]
@@ -60,7 +60,7 @@ METHODS = {"chunktree": ours, "faiss": faiss_kmeans, "sklearn_minibatch": sklear
 
 @pytest.fixture(scope="module")
 def datasets():
-    return {n: clustered_unit_vectors(n, seed=n) for n in {n for n, _ in CASES}}
+    return {n: synthetic_embeddings(n, seed=n) for n in {n for n, _ in CASES}}
 
 
 @pytest.mark.parametrize("n, k", CASES)

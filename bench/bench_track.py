@@ -12,9 +12,9 @@ import time
 import numpy as np
 import pytest
 from conftest import summary
-from synthetic import clustered_unit_vectors
 
 from chunktree import Embedder
+from chunktree.engine.scale import synthetic_embeddings
 from chunktree.track import Forest
 
 SIZES = (10, 100, 1000)
@@ -31,7 +31,7 @@ def embedder():
 def conversation(n, seed=0):
     """n + TIMED vectors whose topic changes every 2-6 turns, and a text for each."""
     rng = np.random.default_rng(seed)
-    pool = clustered_unit_vectors(20 * 400, topics=20, shared=0.0, noise=0.5, seed=seed).reshape(20, 400, -1)
+    pool = synthetic_embeddings(20 * 400, topics=20, shared=0.0, noise=0.5, seed=seed).reshape(20, 400, -1)
     topic, left, rows = 0, 0, []
     for i in range(n + TIMED):
         if left == 0:

@@ -19,11 +19,12 @@ from typing import Any
 
 import numpy as np
 
-from chunktree.checks import ChunktreeError, InvalidValueError, require
+from chunktree.checks import ChunktreeError, InvalidValueError, number, require
 from chunktree.engine.chunking import DEFAULT_CHUNK_TOKENS, DEFAULT_OVERLAP_TOKENS, chunk_documents
 from chunktree.engine.documents import read_paths, sample_documents
 from chunktree.engine.order import DEFAULT_STRATEGY, EXACT_MAX_N, METHODS, STRATEGIES
 from chunktree.engine.read.extractive import DEFAULT_MEMORY_WEIGHT
+from chunktree.engine.scale import DEFAULT_SIZES
 from chunktree.models.embedder import DEFAULT_BATCH_SIZE
 from chunktree.models.registry import DEFAULT_MODEL
 
@@ -193,6 +194,28 @@ def build_parser() -> argparse.ArgumentParser:
     _add_cache_args(p)
     p.set_defaults(func=cmd_eval_track)
 
+    p = sub.add_parser("scale", help="measure how ordering time and memory grow with n; write a report with plots",
+                       description="Order synthetic embedding-like vectors (or subsamples of --embeddings) at each "
+                                   "size, each in a fresh process, and write FOLDER/report.md (time per stage, peak "
+                                   "memory, recall@16, tree weight against exact, growth exponents, the n at which "
+                                   "the budgets run out), scale.json, time.png and memory.png (chunktree[plot]).")
+    p.add_argument("--sizes", type=int, nargs="+", default=list(DEFAULT_SIZES), metavar="N",
+                   help="chunk counts to measure (default %(default)s)")
+    p.add_argument("--embeddings", type=Path, default=None, metavar="X.npy",
+                   help="measure random subsamples of these vectors instead of synthetic ones")
+    p.add_argument("--topics", type=int, default=100,
+                   help="topics of the synthetic vectors (more: fuzzier neighbourhoods; default %(default)s)")
+    p.add_argument("--time-budget", type=float, default=600.0, metavar="SECONDS",
+                   help="the longest one ordering run may take; sizes projected past it are left out "
+                        "(default %(default)s)")
+    p.add_argument("--memory-budget", type=float, default=None, metavar="MB",
+                   help="the most memory one run may hold (default: three quarters of this machine's)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the data and the K-means (default %(default)s)")
+    p.add_argument("-o", "--output", type=Path, default=Path("scale-report"), metavar="FOLDER",
+                   help="the report folder (default %(default)s)")
+    p.add_argument("--no-plots", action="store_true", help="write the report without the PNG plots")
+    p.set_defaults(func=cmd_scale)
+
     p = sub.add_parser("serve", help="run the HTTP service (OpenAI-compatible embeddings, order, select)",
                        description="Serve POST /v1/embeddings (OpenAI API shape), /v1/order and /v1/select, "
                                    "GET /health and /metrics, with micro-batching of concurrent requests.")
@@ -353,11 +376,11 @@ def _embedded(args: argparse.Namespace) -> tuple[np.ndarray, list[Any]]:
     chunks = []
     try:
         with chunks_path.open(encoding="utf-8") as f:
-            for number, line in enumerate(f, 1):
+            for line_no, line in enumerate(f, 1):
                 try:
                     chunks.append(Chunk(**json.loads(line)))
                 except (ValueError, TypeError) as exc:
-                    raise InvalidValueError(f"--chunks {chunks_path}:{number}: not a chunk row ({exc})") from None
+                    raise InvalidValueError(f"--chunks {chunks_path}:{line_no}: not a chunk row ({exc})") from None
     except OSError as exc:
         raise InvalidValueError(f"--chunks {chunks_path}: cannot read it ({exc.strerror or exc})") from None
     if len(chunks) != vectors.shape[0]:
@@ -516,18 +539,18 @@ def _read_dialogue(path: Path) -> dict[str, list[tuple[str, str | None]]]:
     except (OSError, UnicodeDecodeError) as exc:
         raise InvalidValueError(f"{path}: cannot read the dialogue ({exc})") from None
     conversations: dict[str, list[tuple[str, str | None]]] = {}
-    for number, line in enumerate(lines, 1):
+    for line_no, line in enumerate(lines, 1):
         if not line.strip():
             continue
         try:
             turn = json.loads(line)
         except ValueError as exc:
-            raise InvalidValueError(f"{path}:{number}: invalid JSON ({exc})") from None
+            raise InvalidValueError(f"{path}:{line_no}: invalid JSON ({exc})") from None
         if not isinstance(turn, dict) or not isinstance(turn.get("user"), str) or not turn["user"].strip():
-            raise InvalidValueError(f"{path}:{number}: a turn must be a JSON object with a non-empty 'user' string")
+            raise InvalidValueError(f"{path}:{line_no}: a turn must be a JSON object with a non-empty 'user' string")
         assistant = turn.get("assistant")
         if assistant is not None and not isinstance(assistant, str):
-            raise InvalidValueError(f"{path}:{number}: 'assistant' must be a string; got {type(assistant).__name__}")
+            raise InvalidValueError(f"{path}:{line_no}: 'assistant' must be a string; got {type(assistant).__name__}")
         conversations.setdefault(str(turn.get("conversation", "default")), []).append((turn["user"], assistant))
     if not conversations:
         raise InvalidValueError(f"{path}: holds no turns")
@@ -599,6 +622,24 @@ def cmd_eval_track(args: argparse.Namespace) -> int:
         print(format_report(result))
     if args.json:
         args.json.write_text(json.dumps(result, indent=1, default=str), encoding="utf-8")
+    return 0
+
+
+def cmd_scale(args: argparse.Namespace) -> int:
+    from chunktree.engine.scale import sweep, write_report
+
+    number(args.time_budget, "--time-budget", 0.0, low_open=True)
+    if args.memory_budget is not None:
+        number(args.memory_budget, "--memory-budget", 0.0, low_open=True)
+    if not args.no_plots:
+        require("matplotlib", "plot", "the plots of chunktree scale (or give --no-plots)")
+    _check_output_folder(args.output / "report.md")
+    result = sweep(args.sizes, embeddings=args.embeddings, topics=args.topics, seed=args.seed,
+                   time_budget_s=args.time_budget, memory_budget_mb=args.memory_budget,
+                   say=(lambda m: print(m, file=sys.stderr, flush=True)) if _progress(args) else (lambda m: None))
+    for path in write_report(result, args.output, plots=not args.no_plots):
+        print(f"wrote {path}")
+    print((args.output / "report.md").read_text(encoding="utf-8"))
     return 0
 
 

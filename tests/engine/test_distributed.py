@@ -78,7 +78,7 @@ def test_embedding_on_ray_gives_the_same_vectors_and_fills_the_cache(cluster, em
     np.testing.assert_array_equal(again, got)
 
 
-def test_cli_order_with_ray_local(tmp_path):
+def test_cli_order_on_a_running_cluster(cluster, tmp_path):
     x = clustered(800, d=384, seed=2)
     np.save(tmp_path / "x.npy", x)
     (tmp_path / "x.jsonl").write_text("".join(json.dumps({"id": i, "text": f"chunk {i}", "source": "s", "index": i,
@@ -86,6 +86,8 @@ def test_cli_order_with_ray_local(tmp_path):
     args = [sys.executable, "-m", "chunktree", "order", "--embeddings", str(tmp_path / "x.npy"), "--method",
             "sparse", "--format", "json", "--top", "1"]
     plain = subprocess.run(args, capture_output=True, text=True, check=True)
-    on_ray = subprocess.run(args + ["--ray", "local"], capture_output=True, text=True)
+    # The documented steps for a real cluster: join a running one by its address.
+    address = ray.get_runtime_context().gcs_address
+    on_ray = subprocess.run(args + ["--ray", address], capture_output=True, text=True)
     assert on_ray.returncode == 0, on_ray.stderr
     assert json.loads(on_ray.stdout)["order"] == json.loads(plain.stdout)["order"]

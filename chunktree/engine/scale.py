@@ -1,0 +1,360 @@
+"""Scale limits: how ordering's time and memory grow with n, measured on this machine.
+
+``sweep`` orders, for each n of a list, synthetic embedding-like vectors (``synthetic_embeddings``)
+or a random subsample of the user's own embeddings, each size in a fresh child process so that its
+peak memory is its own. Per size it records the seconds of every stage of the sparse method
+(K-means, top-K, forest, joining, traversal), the peak resident memory, recall@16 of the
+neighbour lists on sampled rows against exact neighbours, and the tree weight against the exact
+tree where the exact tree is affordable. Before each size it projects the time and memory from the
+sizes measured so far (a power law fitted to the last three) and stops cleanly when the projection
+passes the budget; a child that runs past twice the time budget is stopped.
+
+``write_report`` writes the folder: ``report.md`` (a table per size, the fitted growth exponents,
+the projected n at which the budgets run out), ``scale.json`` and, with matplotlib
+(``chunktree[plot]``), ``time.png`` and ``memory.png`` on log axes.
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import resource
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from chunktree.checks import InvalidValueError, integer, number, require
+
+STAGES = ("kmeans_s", "topk_s", "forest_s", "join_s", "traverse_s")
+DEFAULT_SIZES = (10_000, 30_000, 100_000, 300_000, 1_000_000)
+RECALL_ROWS = 1000
+EXACT_WEIGHT_MAX_N = 20_000  # the exact tree holds an n x n float32 matrix: 1.6 GB here
+
+
+def synthetic_embeddings(n: int, d: int = 384, topics: int = 100, subtopics: int = 20, *,
+                         shared: float = 1.0, topic: float = 0.8, sub: float = 0.6, noise: float = 1.0,
+                         seed: int = 0, block: int = 65536) -> np.ndarray:
+    """float32 (n, d) C-contiguous unit rows shaped like real chunk embeddings.
+
+    Each vector is a shared direction (the corpus' common component) + a topic centre + a point
+    on the arc between two of the topic's sub-topic directions + noise; the weights are relative
+    norms. The defaults give, at n = 3,000, a mean random-pair cosine of about 0.34, a mean
+    nearest-neighbour cosine of about 0.65 and a 16th-neighbour cosine of about 0.55, close to the
+    all-MiniLM-L6-v2 embeddings of the Moby-Dick sample (0.34, 0.68, 0.57). More ``topics`` make
+    fuzzier neighbourhoods. Rows are made in blocks: the scratch is one block, not n rows.
+    """
+    rng = np.random.default_rng(seed)
+
+    def directions(*shape: int) -> np.ndarray:
+        v = rng.standard_normal((*shape, d), dtype=np.float32)
+        return v / np.linalg.norm(v, axis=-1, keepdims=True)
+
+    common, centres, offsets = directions(), directions(topics), directions(topics, subtopics)
+    x = np.empty((n, d), dtype=np.float32)
+    for start in range(0, n, block):
+        m = min(block, n - start)
+        t = rng.integers(0, topics, m)
+        s1, s2 = rng.integers(0, subtopics, m), rng.integers(0, subtopics, m)
+        mix = rng.random((m, 1), dtype=np.float32)  # between two sub-topics: they blur into each other
+        between = mix * offsets[t, s1] + (1 - mix) * offsets[t, s2]
+        between /= np.linalg.norm(between, axis=1, keepdims=True)
+        part = shared * common + topic * centres[t] + sub * between + noise * directions(m)
+        x[start:start + m] = part / np.linalg.norm(part, axis=1, keepdims=True)
+    return x
+
+
+@dataclass
+class SizeResult:
+    """One measured size: stage seconds, peak memory (and the process's own before the data: the
+    interpreter and libraries), neighbour recall and tree weight ratio."""
+
+    n: int
+    stages: dict[str, float]
+    order_s: float
+    peak_rss_mb: float
+    base_rss_mb: float
+    data_mb: float
+    recall: float | None = None
+    weight_ratio: float | None = None
+    components: int | None = None
+
+
+@dataclass
+class Sweep:
+    """What ``sweep`` measured and why it stopped."""
+
+    source: str
+    sizes: list[SizeResult] = field(default_factory=list)
+    stopped: str | None = None
+    time_budget_s: float = 0.0
+    memory_budget_mb: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "fits": fits(self.sizes),
+                "projected_n": projected_limits(self.sizes, self.time_budget_s, self.memory_budget_mb)}
+
+
+def exact_neighbour_sims(x: np.ndarray, rows: np.ndarray, k: int, block: int = 65536) -> np.ndarray:
+    """Similarities (len(rows), k) of each row's exact top-``k`` (itself excluded), by blocks of columns."""
+    best = np.full((rows.size, k), -np.inf, dtype=np.float32)
+    q = x[rows]
+    for start in range(0, x.shape[0], block):
+        s = q @ x[start:start + block].T
+        mine = (rows >= start) & (rows < start + block)
+        s[np.flatnonzero(mine), rows[mine] - start] = -np.inf
+        both = np.concatenate([best, s], axis=1)
+        best = -np.partition(-both, k - 1, axis=1)[:, :k]
+    return -np.sort(-best, axis=1)
+
+
+def _recall(x: np.ndarray, k: int, n_clusters: int, probes: int, seed: int) -> float:
+    """Recall@k of the sparse method's lists on ``RECALL_ROWS`` sampled rows: the share of each
+    row's exact top-k similarity values its list reaches (ties count once each)."""
+    from chunktree.kernels.kmeans import spherical_kmeans
+    from chunktree.kernels.topk import ClusterIndex, probe_lists, search_rows
+
+    n = x.shape[0]
+    rows = np.sort(np.random.default_rng(seed).choice(n, min(RECALL_ROWS, n), replace=False))
+    centers = spherical_kmeans(x, n_clusters, seed)  # the centres order() used: same seed, same data
+    probed = np.concatenate([probe_lists(x[s:s + 65536], centers, probes) for s in range(0, n, 65536)])
+    _, sims = search_rows(x, rows, probed[rows], ClusterIndex.build(probed[:, 0], n_clusters), k)
+    exact = exact_neighbour_sims(x, rows, k)
+    kth = exact[:, k - 1:k]
+    return float(np.mean(np.minimum((sims >= kth - 1e-6).sum(axis=1), k) / k))
+
+
+def _measure(n: int, embeddings: str | None, topics: int, seed: int, out: Any) -> None:
+    """Child process: make or load the data, order it, measure; send a dict through ``out``."""
+    from chunktree.checks import unit_rows
+    from chunktree.engine.order import order
+
+    order(synthetic_embeddings(2000, topics=20, seed=1), method="sparse")  # load the compiled kernels first
+    base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux
+    if embeddings is None:
+        x = synthetic_embeddings(n, topics=topics, seed=seed + n)
+    else:
+        source = np.load(embeddings, mmap_mode="r")
+        rows = np.arange(n) if n == source.shape[0] else np.sort(
+            np.random.default_rng(seed).choice(source.shape[0], n, replace=False))
+        x = unit_rows(source[rows], "embeddings")
+    t = time.perf_counter()
+    result = order(x, method="sparse", seed=seed)
+    order_s = time.perf_counter() - t
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    p = result.params
+    row = {"n": n, "stages": {s: result.timings.get(s, 0.0) for s in STAGES}, "order_s": order_s,
+           "peak_rss_mb": peak, "base_rss_mb": base, "data_mb": x.nbytes / 2**20, "components": p["forest_components"],
+           "recall": _recall(x, p["k"], p["n_clusters"], p["probes"], seed)}
+    if n <= EXACT_WEIGHT_MAX_N:
+        row["weight_ratio"] = result.tree_weight / order(x, method="exact").tree_weight
+    out.send(row)
+
+
+def _power_fit(ns: Sequence[float], ys: Sequence[float]) -> tuple[float, float] | None:
+    """(exponent, log-intercept) of y = a n^b by least squares on logs; None below two points."""
+    if len(ns) < 2:
+        return None
+    b, a = np.polyfit(np.log(ns), np.log(np.maximum(ys, 1e-9)), 1)
+    return float(b), float(a)
+
+
+def fits(sizes: Sequence[SizeResult]) -> dict[str, float | None]:
+    """Growth exponents of ordering time and of peak memory above the process's own, fitted to the
+    largest three sizes (at small n fixed costs hide the growth)."""
+    last = list(sizes)[-3:]
+    ns = [r.n for r in last]
+    t, m = _power_fit(ns, [r.order_s for r in last]), _power_fit(ns, [_grown(r) for r in last])
+    return {"time_exponent": None if t is None else t[0], "memory_exponent": None if m is None else m[0]}
+
+
+def _grown(r: SizeResult) -> float:
+    """Peak memory above the process's own: what grows with n."""
+    return max(r.peak_rss_mb - r.base_rss_mb, 1.0)
+
+
+def _project(sizes: Sequence[SizeResult], n: float, key: Callable[[SizeResult], float]) -> float | None:
+    """``key`` at ``n`` by the power law through the last three sizes."""
+    last = list(sizes)[-3:]
+    fit = _power_fit([r.n for r in last], [key(r) for r in last])
+    return None if fit is None else float(np.exp(fit[1]) * n ** fit[0])
+
+
+def _project_memory(sizes: Sequence[SizeResult], n: float) -> float | None:
+    grown = _project(sizes, n, _grown)
+    return None if grown is None else sizes[-1].base_rss_mb + grown
+
+
+def projected_limits(sizes: Sequence[SizeResult], time_budget_s: float, memory_budget_mb: float
+                     ) -> dict[str, float | None]:
+    """The n at which one ordering run would take ``time_budget_s`` and peak at ``memory_budget_mb``,
+    by the power laws through the last three sizes (memory: its growth above the process's own)."""
+    out: dict[str, float | None] = {}
+    last = list(sizes)[-3:]
+    base = last[-1].base_rss_mb if last else 0.0
+    for name, budget, key in (("time", time_budget_s, lambda r: r.order_s),
+                              ("memory", memory_budget_mb - base, _grown)):
+        fit = _power_fit([r.n for r in last], [key(r) for r in last])
+        ok = fit is not None and fit[0] > 0 and budget > 0
+        out[name] = float(np.exp((np.log(budget) - fit[1]) / fit[0])) if ok else None
+    return out
+
+
+def _say(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
+
+
+def sweep(sizes: Sequence[int] = DEFAULT_SIZES, *, embeddings: str | os.PathLike[str] | None = None,
+          topics: int = 100, seed: int = 0, time_budget_s: float = 600.0, memory_budget_mb: float | None = None,
+          say: Callable[[str], None] = _say) -> Sweep:
+    """Measure ordering at each of ``sizes`` (ascending), each in a fresh child process.
+
+    Parameters
+    ----------
+    embeddings : a ``.npy`` of the user's own vectors (float16/32/64, memory-mapped), subsampled
+        to each size; sizes above its row count are dropped. Default: ``synthetic_embeddings``
+        with ``topics`` topics.
+    time_budget_s : the longest one ordering run may take; a size projected past it is not run.
+    memory_budget_mb : the most one run may hold; default three quarters of this machine's memory.
+    say : where progress lines go (default stderr).
+    """
+    sizes = sorted({integer(n, "sizes (chunk counts)", 100) for n in sizes})
+    if not sizes:
+        raise InvalidValueError("sizes must name at least one n")
+    number(time_budget_s, "time_budget_s", 0.0, low_open=True)
+    if memory_budget_mb is None:
+        memory_budget_mb = 0.75 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20
+    number(memory_budget_mb, "memory_budget_mb", 0.0, low_open=True)
+    integer(topics, "topics", 1)
+    source = f"synthetic, {topics} topics"
+    if embeddings is not None:
+        try:
+            rows = np.load(embeddings, mmap_mode="r").shape[0]
+        except (OSError, ValueError) as exc:
+            raise InvalidValueError(f"embeddings {embeddings}: not a readable .npy file ({exc})") from None
+        dropped = [n for n in sizes if n > rows]
+        if dropped:
+            say(f"scale: {embeddings} has {rows} rows; sizes {dropped} left out")
+        sizes = [n for n in sizes if n <= rows]
+        if not sizes:
+            raise InvalidValueError(f"embeddings {embeddings} has {rows} rows, fewer than every size")
+        source, embeddings = f"{embeddings} (random subsamples)", os.fspath(embeddings)
+    result = Sweep(source, time_budget_s=time_budget_s, memory_budget_mb=memory_budget_mb)
+    context = multiprocessing.get_context("spawn")
+    for n in sizes:
+        want_t = _project(result.sizes, n, lambda r: r.order_s)
+        want_m = _project_memory(result.sizes, n)
+        if want_t is not None and want_t > time_budget_s:
+            result.stopped = f"n={n:,} left out: projected {want_t:.0f} s > time budget {time_budget_s:.0f} s"
+        elif want_m is not None and want_m > memory_budget_mb:
+            result.stopped = (f"n={n:,} left out: projected {want_m:.0f} MB > memory budget "
+                              f"{memory_budget_mb:.0f} MB")
+        if result.stopped:
+            say(f"scale: {result.stopped}")
+            break
+        guess = "" if want_t is None else f" (projected {want_t:.0f} s, {want_m:.0f} MB)"
+        say(f"scale: n={n:,}: ordering{guess} ...")
+        t0 = time.perf_counter()
+        receive, send = context.Pipe(duplex=False)
+        child = context.Process(target=_measure, args=(n, embeddings, topics, seed, send), daemon=True)
+        child.start()
+        send.close()
+        if not receive.poll(2 * time_budget_s + 60):
+            child.kill()
+            result.stopped = f"n={n:,} stopped after {time.perf_counter() - t0:.0f} s (past twice the time budget)"
+            say(f"scale: {result.stopped}")
+            break
+        try:
+            row = SizeResult(**receive.recv())
+        except EOFError:
+            child.join()
+            result.stopped = f"n={n:,}: the measuring process died (exit code {child.exitcode}; out of memory?)"
+            say(f"scale: {result.stopped}")
+            break
+        child.join()
+        result.sizes.append(row)
+        say(f"scale: n={n:,}: order {row.order_s:.2f} s, peak {row.peak_rss_mb:.0f} MB, recall@16 {row.recall:.3f}"
+            f" ({time.perf_counter() - t0:.0f} s with data and checks)")
+    return result
+
+
+def _md_table(s: Sweep) -> list[str]:
+    head = ["n", *[st.removesuffix("_s") + " s" for st in STAGES], "order s", "peak MB", "data MB", "recall@16",
+            "weight / exact", "components"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in s.sizes:
+        cells = [f"{r.n:,}", *[f"{r.stages[st]:.2f}" for st in STAGES], f"{r.order_s:.2f}", f"{r.peak_rss_mb:.0f}",
+                 f"{r.data_mb:.0f}", "" if r.recall is None else f"{r.recall:.3f}",
+                 "" if r.weight_ratio is None else f"{100 * r.weight_ratio:.3f}%", str(r.components)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def write_report(s: Sweep, folder: str | os.PathLike[str], plots: bool = True) -> list[Path]:
+    """Write ``report.md``, ``scale.json`` and (``plots``) ``time.png``, ``memory.png``; returns the paths."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    doc = s.to_dict()
+    f, limits = doc["fits"], doc["projected_n"]
+
+    def exp(v: float | None) -> str:
+        return "n/a (one size)" if v is None else f"n^{v:.2f}"
+
+    def lim(v: float | None) -> str:
+        return "n/a" if v is None else f"{v:,.0f}"
+
+    lines = [f"# chunktree scale: {s.source}", "",
+             f"Machine: {os.cpu_count()} CPUs, {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f}"
+             f" GiB. Method: sparse (top-16 graph, forest, joined), default parameters, one run per size, each in a "
+             f"fresh process. Peak MB is the process's peak resident memory, data included.", "",
+             *_md_table(s), "",
+             f"- time grows as {exp(f['time_exponent'])}, peak memory above the process's own "
+             f"({s.sizes[-1].base_rss_mb if s.sizes else 0:.0f} MB) as {exp(f['memory_exponent'])} "
+             "(least squares on logs of the largest three sizes)",
+             f"- projected n at the time budget ({s.time_budget_s:.0f} s): {lim(limits['time'])}; at the memory "
+             f"budget ({s.memory_budget_mb:.0f} MB): {lim(limits['memory'])} (the same power laws)",
+             f"- recall@16: the share of each of {RECALL_ROWS} sampled rows' exact top-16 its list holds; weight / "
+             f"exact: the sparse tree's weight over the exact tree's, for n <= {EXACT_WEIGHT_MAX_N:,}"]
+    if s.stopped:
+        lines.append(f"- stopped: {s.stopped}")
+    written = [folder / "report.md", folder / "scale.json"]
+    written[0].write_text("\n".join(lines) + "\n", encoding="utf-8")
+    written[1].write_text(json.dumps(doc, indent=1), encoding="utf-8")
+    if plots and s.sizes:
+        written += _plots(s, folder)
+    return written
+
+
+def _plots(s: Sweep, folder: Path) -> list[Path]:
+    matplotlib = require("matplotlib", "plot", "the plots of chunktree scale")
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ns = [r.n for r in s.sizes]
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.plot(ns, [r.order_s for r in s.sizes], "o-", color="black", label="order (total)")
+    for st in STAGES:
+        ax.plot(ns, [max(r.stages[st], 1e-3) for r in s.sizes], ".--", label=st.removesuffix("_s"))
+    ax.set(xscale="log", yscale="log", xlabel="chunks (n)", ylabel="seconds", title=f"Ordering time: {s.source}")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    time_png = folder / "time.png"
+    fig.tight_layout()
+    fig.savefig(time_png, dpi=120)
+    plt.close(fig)
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    ax.plot(ns, [r.peak_rss_mb for r in s.sizes], "o-", color="black", label="peak resident memory")
+    ax.plot(ns, [r.data_mb for r in s.sizes], ".--", label="the vectors (float32)")
+    ax.set(xscale="log", yscale="log", xlabel="chunks (n)", ylabel="MB", title=f"Ordering memory: {s.source}")
+    ax.grid(True, which="both", alpha=0.3)
+    ax.legend(fontsize=8)
+    memory_png = folder / "memory.png"
+    fig.tight_layout()
+    fig.savefig(memory_png, dpi=120)
+    plt.close(fig)
+    return [time_png, memory_png]

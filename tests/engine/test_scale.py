@@ -1,0 +1,101 @@
+"""chunktree scale: its measurements against independent references, its projections against a
+known power law, and the command end to end (report, plots, a clean stop at the budget)."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from chunktree.engine.order import sparse_neighbours
+from chunktree.engine.scale import (
+    SizeResult,
+    _recall,
+    exact_neighbour_sims,
+    fits,
+    projected_limits,
+    synthetic_embeddings,
+)
+from chunktree.kernels.topk import topk_exact
+
+
+def test_synthetic_embeddings_are_unit_rows_with_realistic_neighbourhoods():
+    x = synthetic_embeddings(3000, seed=0)
+    assert x.shape == (3000, 384) and x.dtype == np.float32 and x.flags.c_contiguous
+    np.testing.assert_allclose(np.linalg.norm(x, axis=1), 1.0, atol=1e-5)
+    np.testing.assert_array_equal(x, synthetic_embeddings(3000, seed=0))
+    sims = topk_exact(x, 16)[1]
+    rng = np.random.default_rng(1)
+    pairs = np.sum(x[rng.integers(0, 3000, 5000)] * x[rng.integers(0, 3000, 5000)], axis=1)
+    # The module's stated shape (close to all-MiniLM-L6-v2 on the Moby-Dick sample).
+    assert abs(pairs.mean() - 0.34) < 0.05
+    assert abs(sims[:, 0].mean() - 0.65) < 0.05 and abs(sims[:, 15].mean() - 0.55) < 0.05
+
+
+def test_exact_neighbour_sims_match_the_exact_top_k():
+    x = synthetic_embeddings(2500, topics=30, seed=2)
+    rows = np.array([0, 7, 1999, 2499])
+    np.testing.assert_allclose(exact_neighbour_sims(x, rows, 16, block=700), topk_exact(x, 16)[1][rows], atol=1e-5)
+
+
+def test_recall_matches_the_overlap_of_the_lists_with_exact_ones():
+    x = synthetic_embeddings(1500, topics=300, seed=3)  # fuzzy: the recall is well below 1
+    k, clusters, probes = 16, 40, 3
+    ids, _ = sparse_neighbours(x, k, clusters, probes, seed=0)
+    exact = topk_exact(x, k)[0]
+    overlap = np.mean([len(set(a) & set(b)) / k for a, b in zip(ids.tolist(), exact.tolist())])
+    got = _recall(x, k, clusters, probes, seed=0)  # on 1,000 of the 1,500 rows
+    assert 0.3 < overlap < 0.95
+    assert abs(got - overlap) < 0.03
+
+
+def size(n, seconds, mb):
+    return SizeResult(n=n, stages={}, order_s=seconds, peak_rss_mb=mb, base_rss_mb=100.0, data_mb=0.0)
+
+
+def test_projections_invert_a_known_power_law():
+    sizes = [size(n, 2e-6 * n ** 1.25, 100.0 + 0.004 * n) for n in (10_000, 30_000, 100_000)]
+    f = fits(sizes)
+    assert f["time_exponent"] == pytest.approx(1.25) and f["memory_exponent"] == pytest.approx(1.0)
+    limits = projected_limits(sizes, 600.0, 4100.0)
+    assert 2e-6 * limits["time"] ** 1.25 == pytest.approx(600.0)
+    assert limits["memory"] == pytest.approx(1_000_000)
+
+
+def test_scale_command_writes_the_report_and_plots_and_stops_at_the_budget(tmp_path):
+    pytest.importorskip("matplotlib")
+    out = tmp_path / "report"
+    r = subprocess.run([sys.executable, "-m", "chunktree", "scale", "--sizes", "1500", "3000", "6000",
+                        "--time-budget", "0.01", "-o", str(out)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads((out / "scale.json").read_text())
+    # Two sizes are needed to project; the third is projected past 0.01 s and left out.
+    assert [row["n"] for row in doc["sizes"]] == [1500, 3000]
+    assert doc["stopped"].startswith("n=6,000 left out: projected")
+    assert "scale: n=6,000 left out" in r.stderr
+    for row in doc["sizes"]:
+        assert 0.9 <= row["recall"] <= 1.0 and 0.99 <= row["weight_ratio"] <= 1.0
+        assert row["peak_rss_mb"] > row["base_rss_mb"] > 0
+        assert sum(row["stages"].values()) <= row["order_s"]
+    report = (out / "report.md").read_text()
+    assert "| 3,000 |" in report and "stopped: n=6,000" in report
+    import matplotlib.image
+
+    for name in ("time.png", "memory.png"):
+        picture = matplotlib.image.imread(out / name)
+        assert picture.shape[0] > 300 and picture.shape[1] > 500
+        assert picture[..., :3].std() > 0.05  # not a blank canvas
+
+
+def test_scale_refuses_bad_input_before_work(tmp_path, capsys):
+    from chunktree.apps.cli import main
+
+    bad = tmp_path / "x.npy"
+    bad.write_text("not an array")
+    for args, message in ((["--embeddings", str(bad)], "not a readable .npy file"),
+                          (["--time-budget", "0"], "--time-budget must be a number > 0.0; got 0.0"),
+                          (["--sizes", "1"], "sizes (chunk counts) must be >= 100; got 1")):
+        assert main(["scale", "--no-plots", "-o", str(tmp_path / "r"), *args]) == 2
+        err = capsys.readouterr().err
+        assert message in err, err
