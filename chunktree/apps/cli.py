@@ -347,11 +347,15 @@ def cmd_embed(args: argparse.Namespace) -> int:
     embedder, chunks, chunk_s = _load_chunks(args)
     cache = _open_cache(args)
     vectors, stats = embed_texts([c.text for c in chunks], embedder, cache, progress=_progress(args), ray=args.ray)
-    np.save(out, vectors)
+    # Each file appears whole or not at all: a run killed while writing leaves no half file behind.
     meta = out.with_suffix(".jsonl")
-    with meta.open("w", encoding="utf-8") as f:
+    with open(f"{out}.partial", "wb") as f:
+        np.save(f, vectors)
+    with open(f"{meta}.partial", "w", encoding="utf-8") as f:
         for c in chunks:
             f.write(json.dumps(c.to_dict(), ensure_ascii=False) + "\n")
+    os.replace(f"{out}.partial", out)
+    os.replace(f"{meta}.partial", meta)
     print(f"{_corpus_line(chunks)}, model {embedder.model_id} ({embedder.dim} dims)")
     print(f"chunk {chunk_s:.2f} s | {_embed_line(stats.to_dict())}"
           f"{'' if cache is None else ' cache ' + str(cache.path)}")

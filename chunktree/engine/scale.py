@@ -3,7 +3,7 @@
 ``sweep`` orders, for each n of a list, synthetic embedding-like vectors (``synthetic_embeddings``)
 or a random subsample of the user's own embeddings, each size in a fresh child process so that its
 peak memory is its own. Per size it records the seconds of every stage of the sparse method
-(K-means, top-K, forest, joining, traversal), the peak resident memory, recall@16 of the
+(K-means, top-K, refinement, forest, joining, traversal), the peak resident memory, recall@16 of the
 neighbour lists on sampled rows against exact neighbours, and the tree weight against the exact
 tree where the exact tree is affordable. Before each size it projects the time and memory from the
 sizes measured so far (a power law fitted to the last three) and stops cleanly when the projection
@@ -19,8 +19,8 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import logging
 import resource
-import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
@@ -30,8 +30,11 @@ from typing import Any
 import numpy as np
 
 from chunktree.checks import InvalidValueError, integer, number, require
+from chunktree.kernels.topk import exact_sims_of_rows, recall_of_rows
 
-STAGES = ("kmeans_s", "topk_s", "forest_s", "join_s", "traverse_s")
+log = logging.getLogger(__name__)
+
+STAGES = ("kmeans_s", "topk_s", "refine_s", "forest_s", "join_s", "traverse_s")
 DEFAULT_SIZES = (10_000, 30_000, 100_000, 300_000, 1_000_000)
 RECALL_ROWS = 1000
 EXACT_WEIGHT_MAX_N = 20_000  # the exact tree holds an n x n float32 matrix: 1.6 GB here
@@ -100,33 +103,16 @@ class Sweep:
                 "projected_n": projected_limits(self.sizes, self.time_budget_s, self.memory_budget_mb)}
 
 
-def exact_neighbour_sims(x: np.ndarray, rows: np.ndarray, k: int, block: int = 65536) -> np.ndarray:
-    """Similarities (len(rows), k) of each row's exact top-``k`` (itself excluded), by blocks of columns."""
-    best = np.full((rows.size, k), -np.inf, dtype=np.float32)
-    q = x[rows]
-    for start in range(0, x.shape[0], block):
-        s = q @ x[start:start + block].T
-        mine = (rows >= start) & (rows < start + block)
-        s[np.flatnonzero(mine), rows[mine] - start] = -np.inf
-        both = np.concatenate([best, s], axis=1)
-        best = -np.partition(-both, k - 1, axis=1)[:, :k]
-    return -np.sort(-best, axis=1)
-
-
 def _recall(x: np.ndarray, k: int, n_clusters: int, probes: int, seed: int) -> float:
-    """Recall@k of the sparse method's lists on ``RECALL_ROWS`` sampled rows: the share of each
-    row's exact top-k similarity values its list reaches (ties count once each)."""
-    from chunktree.kernels.kmeans import spherical_kmeans
-    from chunktree.kernels.topk import ClusterIndex, probe_lists, search_rows
+    """Recall@k of the sparse method's lists on ``RECALL_ROWS`` sampled rows (other rows than the
+    method's own estimate uses) against their exact neighbours. The lists are made again with the
+    same parameters and seed: they are the lists ``order()`` used."""
+    from chunktree.engine.order import sparse_neighbours
 
     n = x.shape[0]
-    rows = np.sort(np.random.default_rng(seed).choice(n, min(RECALL_ROWS, n), replace=False))
-    centers = spherical_kmeans(x, n_clusters, seed)  # the centres order() used: same seed, same data
-    probed = np.concatenate([probe_lists(x[s:s + 65536], centers, probes) for s in range(0, n, 65536)])
-    _, sims = search_rows(x, rows, probed[rows], ClusterIndex.build(probed[:, 0], n_clusters), k)
-    exact = exact_neighbour_sims(x, rows, k)
-    kth = exact[:, k - 1:k]
-    return float(np.mean(np.minimum((sims >= kth - 1e-6).sum(axis=1), k) / k))
+    _, sims = sparse_neighbours(x, k, n_clusters, probes, seed)
+    rows = np.sort(np.random.default_rng(seed + 1).choice(n, min(RECALL_ROWS, n), replace=False))
+    return recall_of_rows(sims[rows], exact_sims_of_rows(x, rows, k))
 
 
 def _measure(n: int, embeddings: str | None, topics: int, seed: int, out: Any) -> None:
@@ -182,7 +168,11 @@ def _project(sizes: Sequence[SizeResult], n: float, key: Callable[[SizeResult], 
     """``key`` at ``n`` by the power law through the last three sizes."""
     last = list(sizes)[-3:]
     fit = _power_fit([r.n for r in last], [key(r) for r in last])
-    return None if fit is None else float(np.exp(fit[1]) * n ** fit[0])
+    if fit is None:
+        return None
+    if fit[0] < 0:  # fixed costs falling away at small n: do not project a shrinking cost
+        return key(last[-1])
+    return float(np.exp(fit[1]) * n ** fit[0])
 
 
 def _project_memory(sizes: Sequence[SizeResult], n: float) -> float | None:
@@ -205,13 +195,9 @@ def projected_limits(sizes: Sequence[SizeResult], time_budget_s: float, memory_b
     return out
 
 
-def _say(message: str) -> None:
-    print(message, file=sys.stderr, flush=True)
-
-
 def sweep(sizes: Sequence[int] = DEFAULT_SIZES, *, embeddings: str | os.PathLike[str] | None = None,
           topics: int = 100, seed: int = 0, time_budget_s: float = 600.0, memory_budget_mb: float | None = None,
-          say: Callable[[str], None] = _say) -> Sweep:
+          say: Callable[[str], None] = log.info) -> Sweep:
     """Measure ordering at each of ``sizes`` (ascending), each in a fresh child process.
 
     Parameters
@@ -221,7 +207,7 @@ def sweep(sizes: Sequence[int] = DEFAULT_SIZES, *, embeddings: str | os.PathLike
         with ``topics`` topics.
     time_budget_s : the longest one ordering run may take; a size projected past it is not run.
     memory_budget_mb : the most one run may hold; default three quarters of this machine's memory.
-    say : where progress lines go (default stderr).
+    say : where progress lines go (default: this module's logger, at INFO).
     """
     sizes = sorted({integer(n, "sizes (chunk counts)", 100) for n in sizes})
     if not sizes:
@@ -250,7 +236,7 @@ def sweep(sizes: Sequence[int] = DEFAULT_SIZES, *, embeddings: str | os.PathLike
         want_t = _project(result.sizes, n, lambda r: r.order_s)
         want_m = _project_memory(result.sizes, n)
         if want_t is not None and want_t > time_budget_s:
-            result.stopped = f"n={n:,} left out: projected {want_t:.0f} s > time budget {time_budget_s:.0f} s"
+            result.stopped = f"n={n:,} left out: projected {want_t:.3g} s > time budget {time_budget_s:.3g} s"
         elif want_m is not None and want_m > memory_budget_mb:
             result.stopped = (f"n={n:,} left out: projected {want_m:.0f} MB > memory budget "
                               f"{memory_budget_mb:.0f} MB")

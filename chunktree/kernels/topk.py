@@ -9,7 +9,7 @@ rows), so its cost is O(n * probes * n / n_clusters * d). Both exclude a row fro
 from dataclasses import dataclass
 
 import numpy as np
-from numba import njit
+from numba import njit, prange
 
 DEFAULT_BLOCK = 1024
 # Rows searched together by ``search_rows``: one task of the Ray path. The partition is fixed, so
@@ -155,3 +155,88 @@ def _keep_best(s, local, rows, cand, ids, sims):  # pragma: no cover - compiled
                 pos -= 1
             row_sims[pos] = v
             row_ids[pos] = c
+
+
+def exact_sims_of_rows(x: np.ndarray, rows: np.ndarray, k: int, block: int = 65536) -> np.ndarray:
+    """float32 (len(rows), k): the similarities of each of ``rows``' exact top-``k`` (itself
+    excluded), descending, by blocks of columns (O(len(rows) * block) memory)."""
+    best = np.full((rows.size, k), -np.inf, dtype=np.float32)
+    q = x[rows]
+    for start in range(0, x.shape[0], block):
+        s = q @ x[start:start + block].T
+        mine = (rows >= start) & (rows < start + block)
+        s[np.flatnonzero(mine), rows[mine] - start] = -np.inf
+        best = -np.partition(-np.concatenate([best, s], axis=1), k - 1, axis=1)[:, :k]
+    return -np.sort(-best, axis=1)
+
+
+def recall_of_rows(sims: np.ndarray, exact: np.ndarray) -> float:
+    """Recall@k of lists with similarities ``sims`` (m, k) against the exact ones ``exact`` (m, k):
+    the share of each row's exact top-k its list reaches (by similarity, so ties count once each)."""
+    k = exact.shape[1]
+    return float(np.mean(np.minimum((sims >= exact[:, k - 1:k] - 1e-6).sum(axis=1), k) / k))
+
+
+def with_reverse(ids: np.ndarray, reverse: int) -> np.ndarray:
+    """int64 (n, k + reverse): each row's list, then up to ``reverse`` of the rows whose lists hold
+    it (the lowest ids first), -1 where there are fewer."""
+    n, k = ids.shape
+    src, dst = np.repeat(np.arange(n, dtype=np.int64), k), ids.ravel()
+    keep = dst >= 0
+    src, dst = src[keep], dst[keep]
+    by_dst = np.argsort(dst, kind="stable")
+    src, dst = src[by_dst], dst[by_dst]
+    rank = np.arange(dst.size) - np.searchsorted(dst, np.arange(n))[dst]
+    rev = np.full((n, reverse), -1, dtype=np.int64)
+    first = rank < reverse
+    rev[dst[first], rank[first]] = src[first]
+    return np.concatenate([ids, rev], axis=1)
+
+
+@njit(parallel=True, fastmath=True, cache=True)
+def refine_with_neighbours_of_neighbours(x, ids, sims, graph):  # pragma: no cover - compiled
+    """One pass of neighbour-of-neighbour refinement (NN-descent's step): every row compares
+    itself with the rows of ``graph`` (its list and reverse neighbours, ``with_reverse``) of the
+    rows in its own ``graph`` row, and keeps the best ``k`` it has seen.
+
+    ``x`` float32 (n, d) unit rows; ``ids`` int64 (n, k), ``sims`` float32 (n, k), sorted as
+    ``topk_clustered`` returns them (-1 / -inf padding). Returns new sorted lists (descending,
+    ties to the lower id) and the number of entries that changed. Each row reads the inputs and
+    writes only its own output row, so the rows run in parallel (no BLAS runs beside this kernel).
+    """
+    n, k = ids.shape
+    d, m = x.shape[1], graph.shape[1]
+    out_ids = ids.copy()
+    out_sims = sims.copy()
+    changed = np.zeros(n, dtype=np.int64)
+    for i in prange(n):
+        row_ids, row_sims = out_ids[i], out_sims[i]
+        for a in range(m):
+            j = graph[i, a]
+            if j < 0:
+                continue
+            for b in range(m):
+                c = graph[j, b]
+                if c < 0 or c == i:
+                    continue
+                seen = False
+                for t in range(k):
+                    if row_ids[t] == c:
+                        seen = True
+                        break
+                if seen:
+                    continue
+                v = np.float32(0.0)
+                for e in range(d):
+                    v += x[i, e] * x[c, e]
+                if v < row_sims[k - 1] or (v == row_sims[k - 1] and c > row_ids[k - 1]):
+                    continue
+                pos = k - 1
+                while pos > 0 and (v > row_sims[pos - 1] or (v == row_sims[pos - 1] and c < row_ids[pos - 1])):
+                    row_sims[pos] = row_sims[pos - 1]
+                    row_ids[pos] = row_ids[pos - 1]
+                    pos -= 1
+                row_sims[pos] = v
+                row_ids[pos] = c
+                changed[i] += 1
+    return out_ids, out_sims, changed.sum()

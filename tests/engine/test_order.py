@@ -232,6 +232,30 @@ def test_sparse_joins_a_disconnected_topk_graph():
     assert r.tree_weight >= 0.99 * order(x, method="exact").tree_weight
 
 
+def test_sparse_refines_fuzzy_neighbour_lists_and_measures_their_recall():
+    from chunktree.engine.order import sparse_neighbours
+    from chunktree.engine.scale import synthetic_embeddings
+    from chunktree.kernels.kmeans import spherical_kmeans
+    from chunktree.kernels.topk import topk_clustered, topk_exact
+
+    x = synthetic_embeddings(4000, topics=400, seed=4)  # fine topics: 4 probes miss many neighbours
+    info = {}
+    ids, _ = sparse_neighbours(x, 10, 126, 4, seed=0, info=info)
+    exact = topk_exact(x, 10)[0]
+
+    def recall(lists):
+        return np.mean([len(set(a) & set(b)) / 10 for a, b in zip(lists.tolist(), exact.tolist())])
+
+    unrefined = topk_clustered(x, 10, spherical_kmeans(x, 126, 0), 4)[0]
+    assert recall(unrefined) < 0.85 and info["refine_passes"] >= 1
+    assert recall(ids) >= recall(unrefined) + 0.08
+    assert abs(info["recall_estimate"] - recall(ids)) < 0.03  # 256 sampled rows estimate all 4,000
+    # Clear topics: the search is already exact enough and no pass runs.
+    easy = {}
+    sparse_neighbours(clustered(2000, topics=5, seed=1), 10, 20, 8, info=easy)
+    assert easy["refine_passes"] == 0 and easy["recall_estimate"] >= 0.99
+
+
 def test_sparse_handles_k_at_least_n():
     x = clustered(6, seed=9)
     small = order(x[:6], method="sparse", k=50)

@@ -12,12 +12,11 @@ from chunktree.engine.order import sparse_neighbours
 from chunktree.engine.scale import (
     SizeResult,
     _recall,
-    exact_neighbour_sims,
     fits,
     projected_limits,
     synthetic_embeddings,
 )
-from chunktree.kernels.topk import topk_exact
+from chunktree.kernels.topk import exact_sims_of_rows, topk_exact
 
 
 def test_synthetic_embeddings_are_unit_rows_with_realistic_neighbourhoods():
@@ -33,10 +32,10 @@ def test_synthetic_embeddings_are_unit_rows_with_realistic_neighbourhoods():
     assert abs(sims[:, 0].mean() - 0.65) < 0.05 and abs(sims[:, 15].mean() - 0.55) < 0.05
 
 
-def test_exact_neighbour_sims_match_the_exact_top_k():
+def test_exact_sims_of_rows_match_the_exact_top_k():
     x = synthetic_embeddings(2500, topics=30, seed=2)
     rows = np.array([0, 7, 1999, 2499])
-    np.testing.assert_allclose(exact_neighbour_sims(x, rows, 16, block=700), topk_exact(x, 16)[1][rows], atol=1e-5)
+    np.testing.assert_allclose(exact_sims_of_rows(x, rows, 16, block=700), topk_exact(x, 16)[1][rows], atol=1e-5)
 
 
 def test_recall_matches_the_overlap_of_the_lists_with_exact_ones():

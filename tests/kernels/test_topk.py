@@ -75,3 +75,42 @@ def test_clustered_pads_when_too_few_candidates():
     ids, sims = topk_clustered(x, 40, x[:3], probes=3)
     assert (ids[:, 29:] == -1).all() and np.isneginf(sims[:, 29:]).all()
     assert (np.sort(ids[:, :29], axis=1) == np.array([[j for j in range(30) if j != i] for i in range(30)])).all()
+
+
+def fuzzy(n=3000, d=24, topics=600, seed=5):
+    return unit(n, d, seed=seed, topics=topics)
+
+
+def test_with_reverse_lists_exactly_the_rows_that_point_back():
+    from chunktree.kernels.topk import with_reverse
+
+    ids, _ = topk_exact(fuzzy(400), 5)
+    g = with_reverse(ids, 3)
+    assert g.shape == (400, 8) and (g[:, :5] == ids).all()
+    pointing = {i: sorted(np.flatnonzero((ids == i).any(axis=1)).tolist()) for i in range(400)}
+    for i in range(400):
+        rev = [j for j in g[i, 5:].tolist() if j >= 0]
+        assert rev == pointing[i][:3]  # the lowest ids first, all of them when fewer than 3
+
+
+def test_refinement_only_improves_lists_and_keeps_them_valid():
+    from chunktree.kernels.topk import refine_with_neighbours_of_neighbours, with_reverse
+
+    x = fuzzy()
+    rng = np.random.default_rng(0)
+    centers = x[rng.choice(len(x), 60, replace=False)]
+    ids, sims = topk_clustered(x, 10, centers, probes=2)
+    exact_ids, exact_sims = topk_exact(x, 10)
+
+    def recall(lists):
+        return np.mean([len(set(a) & set(b)) / 10 for a, b in zip(lists.tolist(), exact_ids.tolist())])
+
+    new_ids, new_sims, changed = refine_with_neighbours_of_neighbours(x, ids, sims, with_reverse(ids, 8))
+    assert changed > 0 and recall(new_ids) > recall(ids) + 0.1, (recall(ids), recall(new_ids))
+    assert (new_sims >= sims - 1e-6).all()  # every rank at least as good as before
+    assert (np.diff(new_sims, axis=1) <= 0).all() and (new_ids != np.arange(len(x))[:, None]).all()
+    assert all(len(set(r)) == 10 for r in new_ids.tolist())
+    np.testing.assert_allclose(new_sims, np.sum(x[new_ids] * x[:, None, :], axis=2), atol=1e-5)
+    # Exact lists are a fixed point.
+    _, _, none = refine_with_neighbours_of_neighbours(x, exact_ids, exact_sims, with_reverse(exact_ids, 8))
+    assert none == 0
