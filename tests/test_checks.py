@@ -1,0 +1,53 @@
+"""unit_rows: one copy at most, none for unit float32 rows; errors name the global row."""
+
+import numpy as np
+import pytest
+
+from chunktree.checks import unit_rows
+
+
+def rows(n=300, d=8, seed=0):
+    x = np.random.default_rng(seed).standard_normal((n, d))
+    return x / np.linalg.norm(x, axis=1, keepdims=True)
+
+
+def test_unit_float32_rows_are_used_in_place_read_only(tmp_path):
+    np.save(tmp_path / "x.npy", rows().astype(np.float32))
+    mapped = np.load(tmp_path / "x.npy", mmap_mode="r")
+    out = unit_rows(mapped, "embeddings", block=64)
+    assert np.shares_memory(out, mapped) and not out.flags.writeable
+    in_memory = rows().astype(np.float32)
+    same = unit_rows(in_memory, "embeddings")
+    assert np.shares_memory(same, in_memory) and not same.flags.writeable
+    with pytest.raises(ValueError):
+        same[0, 0] = 1.0  # the caller's array cannot be changed through it
+    assert in_memory.flags.writeable  # and the caller's own array is untouched
+
+
+@pytest.mark.parametrize("dtype", [np.float16, np.float64])
+def test_other_rows_become_one_normalised_float32_copy(tmp_path, dtype):
+    np.save(tmp_path / "x.npy", (3.0 * rows()).astype(dtype))
+    mapped = np.load(tmp_path / "x.npy", mmap_mode="r")
+    out = unit_rows(mapped, "embeddings", block=64)
+    assert out.dtype == np.float32 and out.flags.c_contiguous and not np.shares_memory(out, mapped)
+    want = np.asarray(mapped, dtype=np.float64)
+    np.testing.assert_allclose(out, want / np.linalg.norm(want, axis=1, keepdims=True), atol=1e-6)
+
+
+def test_rows_that_turn_out_not_unit_late_are_all_normalised():
+    x = rows().astype(np.float32)
+    x[250] *= 2.0  # found in the fourth block of 64: the blocks before it were taken as they were
+    out = unit_rows(x, "embeddings", block=64)
+    assert not np.shares_memory(out, x)
+    np.testing.assert_allclose(np.linalg.norm(out, axis=1), 1.0, atol=1e-6)
+    np.testing.assert_allclose(out[:250], x[:250], atol=1e-6)
+
+
+def test_errors_name_the_row_in_the_whole_array():
+    x = rows().astype(np.float32)
+    x[200, 3] = np.nan
+    with pytest.raises(ValueError, match=r"embeddings must be finite; found nan at index \(200, 3\)"):
+        unit_rows(x, "embeddings", block=64)
+    x[200, 3], x[130] = 0.0, 0.0
+    with pytest.raises(ValueError, match=r"zero-norm vectors at rows \[130\]"):
+        unit_rows(x, "embeddings", block=64)
