@@ -89,6 +89,45 @@ def _cross_edge(x: np.ndarray, a: np.ndarray, b: np.ndarray, centre_a: np.ndarra
     return (i, j, s) if s >= s2 else (i2, j2, s2)
 
 
+def _pair_edges(x: np.ndarray, groups: list[np.ndarray], centres: np.ndarray, pairs: list[tuple[int, int]]
+                ) -> list[tuple[int, int, float]]:
+    """The best edge (i, j, similarity) of each pair of components, in the order of ``pairs``.
+
+    Small pairs that share their larger component are searched together: the larger one's
+    vectors are gathered once and multiplied with the stacked members of all its small partners
+    (exact, like ``_best_cross_edge``). On fuzzy data one component often holds most rows and
+    pairs with hundreds of small ones: gathering it again for each pair took 10 of the 15 s of
+    joining at n = 100,000 with 5,000 topics.
+    """
+    best: dict[tuple[int, int], tuple[int, int, float]] = {}
+    by_larger: dict[int, list[int]] = {}
+    for g, h in pairs:
+        a, b = groups[g], groups[h]
+        if a.size * b.size > EXACT_PAIRS:
+            best[(g, h)] = _cross_edge(x, a, b, centres[g], centres[h])
+        else:
+            big, small = (g, h) if a.size >= b.size else (h, g)
+            by_larger.setdefault(big, []).append(small)
+    for big, smalls in by_larger.items():
+        members = groups[big]
+        xb = x[members]
+        rows = np.concatenate([groups[s] for s in smalls])
+        owner = np.repeat(np.arange(len(smalls)), [groups[s].size for s in smalls])
+        col = np.empty(rows.size, dtype=np.int64)
+        val = np.empty(rows.size, dtype=np.float32)
+        for start in range(0, rows.size, 2048):
+            sims = x[rows[start:start + 2048]] @ xb.T
+            col[start:start + 2048] = np.argmax(sims, axis=1)
+            val[start:start + 2048] = sims[np.arange(sims.shape[0]), col[start:start + 2048]]
+        for k, small in enumerate(smalls):
+            mine = np.flatnonzero(owner == k)
+            top = mine[np.argmax(val[mine])]  # the first of equal maxima, as _best_cross_edge takes
+            i, j = int(rows[top]), int(members[col[top]])
+            best[(min(big, small), max(big, small))] = (i, j, float(val[top])) if big > small else \
+                (j, i, float(val[top]))
+    return [best[pair] for pair in pairs]
+
+
 def join_components(x: np.ndarray, labels: np.ndarray, candidates: int = 3
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Edges (src, dst, weight) that join the components given by ``labels`` into one tree.
@@ -121,10 +160,10 @@ def join_components(x: np.ndarray, labels: np.ndarray, candidates: int = 3
         near = np.argsort(-csim, axis=1, kind="stable")[:, :m]
         pairs = {(min(g, h), max(g, h)) for g in range(c) for h in near[g].tolist()}
         centres = centroids.astype(x.dtype)
-        edges = [(g, h, *_cross_edge(x, groups[g], groups[h], centres[g], centres[h])) for g, h in sorted(pairs)]
-        e_src = np.array([e[2] for e in edges], dtype=np.int64)
-        e_dst = np.array([e[3] for e in edges], dtype=np.int64)
-        e_w = np.array([e[4] for e in edges], dtype=np.float32)
+        edges = _pair_edges(x, groups, centres, sorted(pairs))
+        e_src = np.array([e[0] for e in edges], dtype=np.int64)
+        e_dst = np.array([e[1] for e in edges], dtype=np.int64)
+        e_w = np.array([e[2] for e in edges], dtype=np.float32)
         taken, _ = max_spanning_forest(inverse[e_src], inverse[e_dst], e_w, c)
         src_all.append(e_src[taken])
         dst_all.append(e_dst[taken])

@@ -104,3 +104,31 @@ def test_the_frontier_join_of_large_components_finds_the_exact_best_edges(monkey
     exact = join_components(x, labels, candidates=5)
     assert len(frontier[0]) == len(exact[0]) == np.unique(labels).size - 1
     assert frontier[2].sum() >= 0.999 * exact[2].sum()
+
+
+def test_small_components_joined_to_one_large_one_get_their_exact_best_edges(monkeypatch):
+    """One large component paired with many small ones (fuzzy data's shape): the batched search
+    gives the same joining edges as the best pair of the full similarity matrix for every pair."""
+    import chunktree.kernels.forest as forest
+
+    x = blobs(1500, 16, 3, seed=11)
+    labels = np.zeros(1500, dtype=np.int64)
+    small = np.random.default_rng(3).choice(1500, 240, replace=False)
+    labels[small] = 1 + np.arange(240) // 6  # 40 components of 6 rows inside one of 1,260
+    full = x @ x.T
+
+    def reference(x_, groups, centres, pairs):
+        out = []
+        for g, h in pairs:
+            sub = full[np.ix_(groups[g], groups[h])]
+            i, j = np.unravel_index(np.argmax(sub), sub.shape)
+            out.append((int(groups[g][i]), int(groups[h][j]), float(sub[i, j])))
+        return out
+
+    got = join_components(x, labels, candidates=3)
+    monkeypatch.setattr(forest, "_pair_edges", reference)
+    want = join_components(x, labels, candidates=3)
+    assert len(got[0]) == 40
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
+    np.testing.assert_allclose(got[2], want[2], atol=1e-6)
