@@ -73,6 +73,8 @@ def _best_cross_edge(x: np.ndarray, a: np.ndarray, b: np.ndarray, block: int = 2
 EXACT_PAIRS = 1 << 22
 # Points of each side searched against the whole other side, for a large pair.
 FRONTIER = 256
+# Floats in one block of a batched search (64 MB).
+SCRATCH = 1 << 24
 
 
 def _cross_edge(x: np.ndarray, a: np.ndarray, b: np.ndarray, centre_a: np.ndarray, centre_b: np.ndarray
@@ -115,10 +117,11 @@ def _pair_edges(x: np.ndarray, groups: list[np.ndarray], centres: np.ndarray, pa
         owner = np.repeat(np.arange(len(smalls)), [groups[s].size for s in smalls])
         col = np.empty(rows.size, dtype=np.int64)
         val = np.empty(rows.size, dtype=np.float32)
-        for start in range(0, rows.size, 2048):
-            sims = x[rows[start:start + 2048]] @ xb.T
-            col[start:start + 2048] = np.argmax(sims, axis=1)
-            val[start:start + 2048] = sims[np.arange(sims.shape[0]), col[start:start + 2048]]
+        step = max(64, SCRATCH // members.size)  # the product's block stays within SCRATCH floats
+        for start in range(0, rows.size, step):
+            sims = x[rows[start:start + step]] @ xb.T
+            col[start:start + step] = np.argmax(sims, axis=1)
+            val[start:start + step] = sims[np.arange(sims.shape[0]), col[start:start + step]]
         for k, small in enumerate(smalls):
             mine = np.flatnonzero(owner == k)
             top = mine[np.argmax(val[mine])]  # the first of equal maxima, as _best_cross_edge takes
