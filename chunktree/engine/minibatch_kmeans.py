@@ -21,6 +21,12 @@ from chunktree.kernels.kmeans import assign, center_sums, kmeans_plusplus
 
 log = logging.getLogger(__name__)
 
+# Rows per centre in one mini-batch step at least. With about one row per centre (1,024 rows for
+# K = 1,000) each step drags centres onto single rows and undoes the seeding: at n = 100,000,
+# K = 1,000 (synthetic, 100 topics) the inertia was 9.8% above faiss.Kmeans's (25 iterations);
+# with 4 rows per centre 2.7% above, with 8 0.14% above, in 32.7 s against faiss's 68.9 s.
+ROWS_PER_CENTRE = 8
+
 
 class MiniBatchKMeans:
     """Mini-batch K-means on float32 data.
@@ -28,7 +34,8 @@ class MiniBatchKMeans:
     Parameters
     ----------
     n_clusters : K.
-    batch_size : rows per mini-batch step.
+    batch_size : rows per mini-batch step, at least ``ROWS_PER_CENTRE`` per centre (so for K above
+        128 the batch grows with K).
     max_steps : at most this many mini-batch steps.
     tol : stop when the squared centre movement of a step is below tol times the data's mean
         per-feature variance (0 disables).
@@ -142,7 +149,7 @@ class MiniBatchKMeans:
         k = self.n_clusters
         centers = self._init_centers(x, rng)
         counts = np.zeros(k, dtype=np.int64)
-        batch = min(self.batch_size, n)
+        batch = min(max(self.batch_size, ROWS_PER_CENTRE * k), n)
         x_sq = np.einsum("ij,ij->i", x, x)
         mean = x.mean(axis=0, dtype=np.float64)
         mean_variance = (float(x_sq.mean(dtype=np.float64)) - float(mean @ mean)) / x.shape[1]

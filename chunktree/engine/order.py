@@ -261,15 +261,15 @@ def sparse_neighbours(x: np.ndarray, k: int, n_clusters: int, probes: int, seed:
        exact neighbours; while it is below ``REFINE_TARGET``, up to ``MAX_REFINE_PASSES`` passes
        of neighbour-of-neighbour refinement (lists and ``REVERSE_NEIGHBOURS`` reverse
        neighbours) improve them, stopping early once a pass gains less than ``REFINE_MIN_GAIN``.
-       On fuzzy data (5,000 fine topics at n = 100,000) the search alone reaches 0.56 and two
-       passes 0.97; on clear data no pass runs.
+       On fuzzy data (5,000 fine topics at n = 100,000) the search alone reaches 0.56 and three
+       passes 0.97 (``bench/bench_order.py``); on clear data no pass runs.
 
     The seconds of each stage go into ``timings`` (``kmeans_s``, ``topk_s``, ``refine_s``) and
     ``recall_estimate`` and ``refine_passes`` into ``info`` when given.
 
-    The centres are chunktree's own Lloyd iterations, not faiss.Kmeans: at n = 200,000 (100
-    topics, 894 centres, 10 iterations each) they trained in 3.2 s against 11.6 s, with the same
-    recall@16 of the search after them (1.000; 0.542 against 0.533 at 100k with 5,000 topics).
+    The centres are chunktree's own Lloyd iterations, not faiss.Kmeans: at n = 100,000 (100
+    topics, 632 centres, 10 iterations each) they trained in 2.00 s against 7.64 s, with the same
+    recall@16 of the search after them, 1.000 (``bench/bench_topk.py``).
     """
     t0 = time.perf_counter()
     centers = spherical_kmeans(x, n_clusters, seed)

@@ -125,3 +125,16 @@ def test_predict_errors():
         m.predict(np.ones((3, 2)))
     with pytest.raises(ValueError, match="X has 2 features; the model was fitted with 3"):
         m.partial_fit(np.ones((3, 2)))
+
+
+def test_many_clusters_stay_close_to_full_kmeans():
+    """K = 400 at n = 20,000: with the default 1,024-row batches a step saw 2.5 rows per centre and
+    the inertia ended 3.4% above scikit-learn's KMeans; the batch now holds 8 rows per centre."""
+    from sklearn.cluster import KMeans
+
+    from chunktree.engine.scale import synthetic_embeddings
+
+    x = synthetic_embeddings(20000, d=48, topics=100, seed=3)
+    reference = KMeans(400, n_init=1, random_state=0, max_iter=50).fit(x).inertia_
+    ours = MiniBatchKMeans(400, random_state=0).fit(x).inertia_
+    assert ours <= 1.02 * reference, ours / reference
