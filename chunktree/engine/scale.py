@@ -120,7 +120,7 @@ def _measure(n: int, embeddings: str | None, topics: int, seed: int, out: Any) -
     from chunktree.checks import unit_rows
     from chunktree.engine.order import order
 
-    order(synthetic_embeddings(2000, topics=20, seed=1), method="sparse")  # load the compiled kernels first
+    order(synthetic_embeddings(500, topics=20, seed=1), method="sparse")  # load the compiled kernels first
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux
     if embeddings is None:
         x = synthetic_embeddings(n, topics=topics, seed=seed + n)

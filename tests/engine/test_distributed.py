@@ -66,11 +66,11 @@ def test_order_on_ray_equals_order_in_one_process(cluster):
 def test_embedding_on_ray_gives_the_same_vectors_and_fills_the_cache(cluster, embedder, tmp_path):
     words = "whale ship sea harpoon captain sail rope storm island ocean wind deck crew".split()
     rng = np.random.default_rng(0)
-    texts = [" ".join(rng.choice(words, rng.integers(3, 40))) for _ in range(300)]
+    texts = [" ".join(rng.choice(words, rng.integers(3, 40))) for _ in range(120)]
     texts += texts[:20]  # repeats are embedded once
-    want, _ = embed_texts(texts, embedder, commit_every=64)
+    want, _ = embed_texts(texts, embedder, commit_every=32)
     cache = EmbeddingCache(tmp_path / "cache.sqlite")
-    got, stats = embed_texts(texts, embedder, cache, commit_every=64, ray=cluster)
+    got, stats = embed_texts(texts, embedder, cache, commit_every=32, ray=cluster)
     np.testing.assert_allclose(got, want, atol=1e-6)
     assert (stats.embedded, stats.cache_hits) == (len(set(texts)), 0)
     again, stats = embed_texts(texts, embedder, cache, ray=cluster)

@@ -65,20 +65,20 @@ def test_projections_invert_a_known_power_law():
 def test_scale_command_writes_the_report_and_plots_and_stops_at_the_budget(tmp_path):
     pytest.importorskip("matplotlib")
     out = tmp_path / "report"
-    r = subprocess.run([sys.executable, "-m", "chunktree", "scale", "--sizes", "1500", "3000", "6000",
+    r = subprocess.run([sys.executable, "-m", "chunktree", "scale", "--sizes", "800", "1600", "3200",
                         "--time-budget", "0.01", "-o", str(out)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     doc = json.loads((out / "scale.json").read_text())
     # Two sizes are needed to project; the third is projected past 0.01 s and left out.
-    assert [row["n"] for row in doc["sizes"]] == [1500, 3000]
-    assert doc["stopped"].startswith("n=6,000 left out: projected")
-    assert "scale: n=6,000 left out" in r.stderr
+    assert [row["n"] for row in doc["sizes"]] == [800, 1600]
+    assert doc["stopped"].startswith("n=3,200 left out: projected")
+    assert "scale: n=3,200 left out" in r.stderr
     for row in doc["sizes"]:
         assert 0.9 <= row["recall"] <= 1.0 and 0.99 <= row["weight_ratio"] <= 1.0
         assert row["peak_rss_mb"] > row["base_rss_mb"] > 0
         assert sum(row["stages"].values()) <= row["order_s"]
     report = (out / "report.md").read_text()
-    assert "| 3,000 |" in report and "stopped: n=6,000" in report
+    assert "| 1,600 |" in report and "stopped: n=3,200" in report
     import matplotlib.image
 
     for name in ("time.png", "memory.png"):
