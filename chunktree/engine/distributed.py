@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from chunktree.checks import InvalidValueError, require, text
+from chunktree.checks import InvalidValueError, MissingExtraError, require, text
 from chunktree.kernels.topk import DEFAULT_BLOCK, ROW_BLOCK, ClusterIndex, probe_lists, search_rows
 
 log = logging.getLogger(__name__)
@@ -37,6 +37,9 @@ def connect(address: str) -> Any:
     """The ``ray`` module, joined to the cluster at ``address`` (``"local"``: start one here)."""
     text(address, "ray address")
     ray = require("ray", "ray", "running on a Ray cluster")
+    if not hasattr(ray, "init"):  # a folder named ray on sys.path (Ray's own /tmp/ray), not the package
+        raise MissingExtraError(f"running on a Ray cluster needs the 'ray' package, but 'ray' is {ray.__path__!s}: "
+                                "pip install 'chunktree[ray]'")
     if ray.is_initialized():
         return ray
     if address not in ("local", "auto"):

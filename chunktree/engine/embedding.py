@@ -56,6 +56,10 @@ def embed_texts(
     stats : counts and time.
     """
     positive_int(commit_every, "commit_every")
+    if ray is not None:  # joined before any work, even when the cache has every vector
+        from chunktree.engine.distributed import connect
+
+        connect(ray)
     t0 = time.perf_counter()
     texts = list(texts)
     if cache is None:

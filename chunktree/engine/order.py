@@ -185,8 +185,10 @@ def order(
         optional_positive_int(value, name)
     integer(seed, "seed", 0)
     number(blend, "blend", 0.0, 1.0)
-    if ray is not None:
-        text(ray, "ray (a Ray cluster address, or 'local')")
+    if ray is not None:  # joined before any work: a missing extra or a dead address fails fast
+        from chunktree.engine.distributed import connect
+
+        connect(text(ray, "ray (a Ray cluster address, or 'local')"))
     if method == "exact" and (k, n_clusters, probes) != (None, None, None):
         raise InvalidValueError("k, n_clusters and probes set the sparse method; they do not apply to "
                                 "method='exact'")

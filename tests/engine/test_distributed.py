@@ -91,3 +91,12 @@ def test_cli_order_on_a_running_cluster(cluster, tmp_path):
     on_ray = subprocess.run(args + ["--ray", address], capture_output=True, text=True)
     assert on_ray.returncode == 0, on_ray.stderr
     assert json.loads(on_ray.stdout)["order"] == json.loads(plain.stdout)["order"]
+
+
+def test_ray_without_its_extra_fails_before_any_work(monkeypatch, embedder):
+    """Even when nothing would reach the cluster (exact method, vectors given), --ray is not ignored."""
+    monkeypatch.setitem(sys.modules, "ray", None)  # what an install without the extra looks like
+    with pytest.raises(ImportError, match=r"pip install 'chunktree\[ray\]'"):
+        order(clustered(50), method="exact", ray="local")
+    with pytest.raises(ImportError, match=r"pip install 'chunktree\[ray\]'"):
+        embed_texts(["a text"], embedder, ray="local")
