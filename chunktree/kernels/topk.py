@@ -56,7 +56,7 @@ def topk_clustered(x: np.ndarray, k: int, centers: np.ndarray, probes: int,
     ``row_block`` (``search_rows``); within a block the work is grouped by cluster: the block's
     rows probing a cluster are multiplied with that cluster's members in one product, and a
     Numba kernel keeps each row's best ``k``. The blocks are independent: the Ray path
-    (``chunktree.distributed``) runs the same blocks as tasks and gets the same lists.
+    (``chunktree.engine.distributed``) runs the same blocks as tasks and gets the same lists.
 
     Parameters
     ----------
@@ -97,14 +97,14 @@ def probe_lists(x: np.ndarray, centers: np.ndarray, probes: int) -> np.ndarray:
 class ClusterIndex:
     """The inverted file: ``members[bounds[c]:bounds[c + 1]]`` are cluster c's rows, ascending."""
 
-    labels: np.ndarray
     members: np.ndarray
     bounds: np.ndarray
 
     @classmethod
     def build(cls, labels: np.ndarray, n_clusters: int) -> "ClusterIndex":
+        """From each row's cluster label."""
         members = np.argsort(labels, kind="stable")
-        return cls(labels, members, np.searchsorted(labels[members], np.arange(n_clusters + 1)))
+        return cls(members, np.searchsorted(labels[members], np.arange(n_clusters + 1)))
 
 
 def search_rows(x: np.ndarray, rows: np.ndarray, probed: np.ndarray, clusters: ClusterIndex, k: int,
