@@ -40,6 +40,7 @@ from chunktree.kernels.prim import prim_max_spanning_tree
 from chunktree.kernels.similarity import similarity_matrix
 from chunktree.kernels.topk import (
     exact_sims_of_rows,
+    fresh_entries,
     recall_of_rows,
     refine_with_neighbours_of_neighbours,
     topk_clustered,
@@ -287,8 +288,12 @@ def sparse_neighbours(x: np.ndarray, k: int, n_clusters: int, probes: int, seed:
     sample = np.sort(np.random.default_rng(seed).choice(n, min(RECALL_SAMPLE, n), replace=False))
     exact = exact_sims_of_rows(x, sample, k)
     recall, passes = recall_of_rows(sims[sample], exact), 0
+    previous = None
     while recall < REFINE_TARGET and passes < MAX_REFINE_PASSES:
-        ids, sims, changed = refine_with_neighbours_of_neighbours(x, ids, sims, with_reverse(ids, REVERSE_NEIGHBOURS))
+        graph = with_reverse(ids, REVERSE_NEIGHBOURS)
+        fresh = np.ones(graph.shape, dtype=bool) if previous is None else fresh_entries(graph, previous)
+        ids, sims, changed = refine_with_neighbours_of_neighbours(x, ids, sims, graph, fresh)
+        previous = graph
         before, recall, passes = recall, recall_of_rows(sims[sample], exact), passes + 1
         if changed < 1e-3 * ids.size or recall - before < REFINE_MIN_GAIN:  # another pass would not pay
             break

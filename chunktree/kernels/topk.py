@@ -193,11 +193,31 @@ def with_reverse(ids: np.ndarray, reverse: int) -> np.ndarray:
     return np.concatenate([ids, rev], axis=1)
 
 
+@njit(parallel=True, cache=True)
+def fresh_entries(graph, previous):  # pragma: no cover - compiled
+    """bool, ``graph``'s shape: True where an entry of a row of ``graph`` is not in that row of
+    ``previous`` (the graph of the pass before)."""
+    n, m = graph.shape
+    fresh = np.ones((n, m), dtype=np.bool_)
+    for i in prange(n):
+        for a in range(m):
+            g = graph[i, a]
+            for b in range(previous.shape[1]):
+                if previous[i, b] == g:
+                    fresh[i, a] = False
+                    break
+    return fresh
+
+
 @njit(parallel=True, fastmath=True, cache=True)
-def refine_with_neighbours_of_neighbours(x, ids, sims, graph):  # pragma: no cover - compiled
+def refine_with_neighbours_of_neighbours(x, ids, sims, graph, fresh):  # pragma: no cover - compiled
     """One pass of neighbour-of-neighbour refinement (NN-descent's step): every row compares
     itself with the rows of ``graph`` (its list and reverse neighbours, ``with_reverse``) of the
     rows in its own ``graph`` row, and keeps the best ``k`` it has seen.
+
+    Only pairs reached through at least one ``fresh`` entry (``fresh_entries``; all True on the
+    first pass) are scored: a pair reached through two old entries was scored in the pass before,
+    against a k-th best that has only risen since, so scoring it again cannot change the lists.
 
     ``x`` float32 (n, d) unit rows; ``ids`` int64 (n, k), ``sims`` float32 (n, k), sorted as
     ``topk_clustered`` returns them (-1 / -inf padding). Returns new sorted lists (descending,
@@ -217,7 +237,7 @@ def refine_with_neighbours_of_neighbours(x, ids, sims, graph):  # pragma: no cov
                 continue
             for b in range(m):
                 c = graph[j, b]
-                if c < 0 or c == i:
+                if c < 0 or c == i or not (fresh[i, a] or fresh[j, b]):
                     continue
                 seen = False
                 for t in range(k):

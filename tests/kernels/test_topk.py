@@ -105,12 +105,34 @@ def test_refinement_only_improves_lists_and_keeps_them_valid():
     def recall(lists):
         return np.mean([len(set(a) & set(b)) / 10 for a, b in zip(lists.tolist(), exact_ids.tolist())])
 
-    new_ids, new_sims, changed = refine_with_neighbours_of_neighbours(x, ids, sims, with_reverse(ids, 8))
+    graph = with_reverse(ids, 8)
+    new_ids, new_sims, changed = refine_with_neighbours_of_neighbours(x, ids, sims, graph, np.ones(graph.shape, bool))
     assert changed > 0 and recall(new_ids) > recall(ids) + 0.1, (recall(ids), recall(new_ids))
     assert (new_sims >= sims - 1e-6).all()  # every rank at least as good as before
     assert (np.diff(new_sims, axis=1) <= 0).all() and (new_ids != np.arange(len(x))[:, None]).all()
     assert all(len(set(r)) == 10 for r in new_ids.tolist())
     np.testing.assert_allclose(new_sims, np.sum(x[new_ids] * x[:, None, :], axis=2), atol=1e-5)
     # Exact lists are a fixed point.
-    _, _, none = refine_with_neighbours_of_neighbours(x, exact_ids, exact_sims, with_reverse(exact_ids, 8))
+    exact_graph = with_reverse(exact_ids, 8)
+    _, _, none = refine_with_neighbours_of_neighbours(x, exact_ids, exact_sims, exact_graph,
+                                                      np.ones(exact_graph.shape, bool))
     assert none == 0
+
+
+def test_a_pass_that_skips_pairs_scored_before_gives_the_same_lists():
+    from chunktree.kernels.topk import fresh_entries, refine_with_neighbours_of_neighbours, with_reverse
+
+    x = fuzzy()
+    rng = np.random.default_rng(0)
+    ids, sims = topk_clustered(x, 10, x[rng.choice(len(x), 60, replace=False)], probes=2)
+    first = with_reverse(ids, 8)
+    ids, sims, _ = refine_with_neighbours_of_neighbours(x, ids, sims, first, np.ones(first.shape, bool))
+    second = with_reverse(ids, 8)
+    fresh = fresh_entries(second, first)
+    assert 0 < fresh.mean() < 1
+    assert all(not fresh[i, a] == (second[i, a] in first[i].tolist()) for i in range(50) for a in range(18))
+    skipped = refine_with_neighbours_of_neighbours(x, ids, sims, second, fresh)
+    full = refine_with_neighbours_of_neighbours(x, ids, sims, second, np.ones(second.shape, bool))
+    np.testing.assert_array_equal(skipped[0], full[0])
+    np.testing.assert_array_equal(skipped[1], full[1])
+    assert skipped[2] == full[2] > 0
