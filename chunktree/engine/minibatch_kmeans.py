@@ -23,8 +23,9 @@ log = logging.getLogger(__name__)
 
 # Rows per centre in one mini-batch step at least. With about one row per centre (1,024 rows for
 # K = 1,000) each step drags centres onto single rows and undoes the seeding: at n = 100,000,
-# K = 1,000 (synthetic, 100 topics) the inertia was 9.8% above faiss.Kmeans's (25 iterations);
-# with 4 rows per centre 2.7% above, with 8 0.14% above, in 32.7 s against faiss's 68.9 s.
+# K = 1,000 (synthetic, 100 topics) the inertia was 9.8% above faiss.Kmeans's (25 iterations),
+# with 4 rows per centre 2.7% above; with 8, 0.14% above in 34.5 s against faiss's 74.3 s, and at
+# n = 1,000,000 0.07% below in 42.9 s against 189.9 s (bench/bench_select.py -k many).
 ROWS_PER_CENTRE = 8
 
 
