@@ -321,26 +321,23 @@ def _plots(s: Sweep, folder: Path) -> list[Path]:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    def loglog(name: str, what: str, unit: str, total: tuple[str, list[float]],
+               parts: list[tuple[str, list[float]]]) -> Path:
+        """One log-log figure of ``total`` (solid) and ``parts`` (dashed) against n."""
+        fig, ax = plt.subplots(figsize=(7, 4.5))
+        ax.plot(ns, total[1], "o-", color="black", label=total[0])
+        for label, ys in parts:
+            ax.plot(ns, ys, ".--", label=label)
+        ax.set(xscale="log", yscale="log", xlabel="chunks (n)", ylabel=unit, title=f"Ordering {what}: {s.source}")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+        fig.tight_layout()
+        fig.savefig(folder / name, dpi=120)
+        plt.close(fig)
+        return folder / name
+
     ns = [r.n for r in s.sizes]
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    ax.plot(ns, [r.order_s for r in s.sizes], "o-", color="black", label="order (total)")
-    for st in STAGES:
-        ax.plot(ns, [max(r.stages[st], 1e-3) for r in s.sizes], ".--", label=st.removesuffix("_s"))
-    ax.set(xscale="log", yscale="log", xlabel="chunks (n)", ylabel="seconds", title=f"Ordering time: {s.source}")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    time_png = folder / "time.png"
-    fig.tight_layout()
-    fig.savefig(time_png, dpi=120)
-    plt.close(fig)
-    fig, ax = plt.subplots(figsize=(7, 4.5))
-    ax.plot(ns, [r.peak_rss_mb for r in s.sizes], "o-", color="black", label="peak resident memory")
-    ax.plot(ns, [r.data_mb for r in s.sizes], ".--", label="the vectors (float32)")
-    ax.set(xscale="log", yscale="log", xlabel="chunks (n)", ylabel="MB", title=f"Ordering memory: {s.source}")
-    ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8)
-    memory_png = folder / "memory.png"
-    fig.tight_layout()
-    fig.savefig(memory_png, dpi=120)
-    plt.close(fig)
-    return [time_png, memory_png]
+    stages = [(st.removesuffix("_s"), [max(r.stages[st], 1e-3) for r in s.sizes]) for st in STAGES]
+    return [loglog("time.png", "time", "seconds", ("order (total)", [r.order_s for r in s.sizes]), stages),
+            loglog("memory.png", "memory", "MB", ("peak resident memory", [r.peak_rss_mb for r in s.sizes]),
+                   [("the vectors (float32)", [r.data_mb for r in s.sizes])])]
