@@ -52,6 +52,13 @@ def _add_cache_args(p: argparse.ArgumentParser) -> None:
     cache.add_argument("--no-cache", action="store_true", help="do not read or write the embedding cache")
 
 
+def _add_picture_args(p: argparse.ArgumentParser, what: str) -> None:
+    p.add_argument("--html", type=Path, default=None, metavar="FILE.html",
+                   help=f"also write {what} as an interactive page that opens offline (needs chunktree[plot])")
+    p.add_argument("--png", type=Path, default=None, metavar="FILE.png",
+                   help=f"also write {what} as a PNG (needs chunktree[plot])")
+
+
 def _add_ray_arg(p: argparse.ArgumentParser, what: str) -> None:
     p.add_argument("--ray", default=None, metavar="local|ADDRESS",
                    help=f"{what} (needs chunktree[ray]): 'local' starts one on this machine; otherwise the "
@@ -96,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--top", type=int, default=None,
                    help="print only the first N ordered chunks (default: 10 for text, all for json/jsonl)")
     _add_ray_arg(p, "embed and run the top-K search on a Ray cluster")
+    _add_picture_args(p, "a picture of the Chow-Liu tree")
     p.set_defaults(func=cmd_order)
 
     p = sub.add_parser("select", help="pick representative chunks covering every topic (no query)",
@@ -111,6 +119,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="give small topics a better chance of a cluster of their own")
     p.add_argument("--seed", type=int, default=0, help="K-means seed (default %(default)s)")
     p.add_argument("--format", choices=("text", "json", "jsonl"), default="text")
+    _add_picture_args(p, "a map of the clusters")
     p.set_defaults(func=cmd_select)
 
     p = sub.add_parser("read", help="answer a question with a Chain-of-Agents reader over the ordered chunks",
@@ -158,6 +167,9 @@ def build_parser() -> argparse.ArgumentParser:
                      help="SQLite cache of LLM calls (default: llm.sqlite in the user cache dir)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random order (default %(default)s)")
     p.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
+    p.add_argument("--html", type=Path, default=None, metavar="FILE.html",
+                   help="also write a page that draws, for the first questions, where each order puts the gold "
+                        "paragraphs, with the tables (extractive readers only; needs chunktree[plot])")
     _add_cache_args(p)
     p.set_defaults(func=cmd_eval_order)
 
@@ -329,14 +341,32 @@ def _corpus_line(chunks: list[Any], params: dict[str, Any] | None = None) -> str
     return line + (f" ({duplicates} exact duplicates of earlier chunks)" if duplicates else "")
 
 
-def _check_output_folder(out: Path) -> None:
-    """Create ``out``'s folder and check it is writable, or say why not."""
+def _check_output_folder(out: Path, flag: str = "-o") -> None:
+    """Create ``out``'s folder and check it is writable, or say why not (``flag`` names the option)."""
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
     except OSError as exc:
-        raise InvalidValueError(f"-o {out}: cannot create the folder {out.parent} ({exc.strerror or exc})") from None
+        raise InvalidValueError(f"{flag} {out}: cannot create the folder {out.parent} ({exc.strerror or exc})") from None
     if not os.access(out.parent, os.W_OK):
-        raise InvalidValueError(f"-o {out}: the folder {out.parent} is not writable")
+        raise InvalidValueError(f"{flag} {out}: the folder {out.parent} is not writable")
+
+
+def _check_pictures(args: argparse.Namespace) -> None:
+    """Before any work: the plot extra is installed and the picture files can be written."""
+    from chunktree.engine import pictures
+
+    html, png = getattr(args, "html", None), getattr(args, "png", None)
+    pictures.check_available(html=html is not None, png=png is not None)
+    for flag, out in (("--html", html), ("--png", png)):
+        if out is not None:
+            _check_output_folder(out, flag)
+
+
+def _write_pictures(args: argparse.Namespace, result: Any) -> None:
+    for out, write in ((args.html, result.to_html), (args.png, result.to_png)):
+        if out is not None:
+            write(out)
+            print(f"wrote {out}", file=sys.stderr)
 
 
 def cmd_embed(args: argparse.Namespace) -> int:
@@ -400,6 +430,7 @@ def cmd_order(args: argparse.Namespace) -> int:
 
     if args.top is not None and args.top < 1:
         raise InvalidValueError(f"--top must be >= 1; got {args.top}")
+    _check_pictures(args)
     if args.embeddings is not None:
         from chunktree.models.embedder import Embedder
 
@@ -416,6 +447,7 @@ def cmd_order(args: argparse.Namespace) -> int:
         result = order(chunks, args.query, strategy=args.strategy, root=args.root, method=args.method,
                        k=args.neighbours, embedder=embedder, cache=_open_cache(args), progress=_progress(args),
                        ray=args.ray)
+    _write_pictures(args, result)
     top = args.top or (10 if args.format == "text" else None)
     doc = _with_chunk_time(result.to_dict(top=top), chunk_s)
     if _printed_structured(doc, args.format, "chunks"):
@@ -447,10 +479,12 @@ def cmd_select(args: argparse.Namespace) -> int:
     from chunktree.engine.select import select
 
     k = _parse_k(args.clusters)
+    _check_pictures(args)
     embedder, chunks, chunk_s = _load_chunks(args)
     result = select(chunks, k, per_cluster=args.per_cluster, budget_tokens=args.budget_tokens,
                     balance=args.balance, seed=args.seed, embedder=embedder, cache=_open_cache(args),
                     progress=_progress(args))
+    _write_pictures(args, result)
     doc = _with_chunk_time(result.to_dict(), chunk_s)
     if _printed_structured(doc, args.format, "clusters"):
         return 0
@@ -508,6 +542,9 @@ def cmd_eval_order(args: argparse.Namespace) -> int:
 
     if args.limit is not None and args.limit < 1:
         raise InvalidValueError(f"--limit must be >= 1; got {args.limit}")
+    if args.html is not None and (args.llm_base_url or args.llm_model):
+        raise InvalidValueError("--html draws the extractive evaluation; leave out --llm-base-url/--model")
+    _check_pictures(args)
     fmt, passages = load(args.data, args.format)
     if args.limit is not None:  # the first N questions, passage by passage
         kept, left = [], args.limit
@@ -528,7 +565,12 @@ def cmd_eval_order(args: argparse.Namespace) -> int:
     else:
         result = evaluate_orders(passages, default_embedder(), _open_cache(args), budget=args.budget,
                                  seed=args.seed, progress=_progress(args))
-        print(format_report(result, fmt))
+        report = format_report(result, fmt)
+        print(report)
+        if args.html is not None:
+            from chunktree.engine.pictures import eval_html
+
+            print(f"\nwrote {eval_html(result, report, args.html)}")
     if args.json:
         args.json.write_text(json.dumps({k: v for k, v in result.items() if k != "records"}, indent=1,
                                         ensure_ascii=False), encoding="utf-8")

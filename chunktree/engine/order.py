@@ -24,6 +24,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -125,6 +126,19 @@ class OrderResult:
         return [{"position": position, "chunk": chunk, "parent": None if p is None or p < 0 else p,
                  "parent_similarity": json_float(ps), "query_similarity": qs}
                 for position, (chunk, p, ps, qs) in enumerate(zip(seq.tolist(), parents, psim, qsim))]
+
+    def to_html(self, path: str | Path, max_nodes: int | None = None) -> Path:
+        """Write the tree as an interactive HTML page that opens offline (``engine.pictures``;
+        ``chunktree[plot]``): the first ``max_nodes`` chunks in reading order (default 10,000)."""
+        from chunktree.engine import pictures
+
+        return pictures.write_html(pictures.tree_figure(self, max_nodes or pictures.MAX_NODES), path)
+
+    def to_png(self, path: str | Path, max_nodes: int | None = None) -> Path:
+        """Write the same picture of the tree as a PNG (matplotlib)."""
+        from chunktree.engine import pictures
+
+        return pictures.tree_png(self, path, max_nodes or pictures.MAX_NODES)
 
     def to_dict(self, top: int | None = None) -> dict[str, Any]:
         """The JSON-ready result: the whole order, and the first ``top`` chunks (default all) in

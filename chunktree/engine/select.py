@@ -24,6 +24,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -80,6 +81,7 @@ class SelectResult:
     timings : seconds per stage (``embed_s``, ``cluster_s``, ``total_s``).
     embedding : what embedding the chunks cost (None when embeddings were given).
     items : the chunks or strings that were clustered (None when embeddings were given).
+    vectors : float32 (n, d), the unit vectors that were clustered (for ``to_html``/``to_png``).
     """
 
     clusters: list[Cluster]
@@ -91,11 +93,25 @@ class SelectResult:
     timings: dict[str, float] = field(default_factory=dict)
     embedding: EmbedStats | None = None
     items: Sequence[Chunk] | Sequence[str] | None = field(default=None, repr=False)
+    vectors: np.ndarray | None = field(default=None, repr=False)
 
     @property
     def representatives(self) -> list[int]:
         """Every representative chunk index, cluster by cluster."""
         return [i for c in self.clusters for i in c.representatives]
+
+    def to_html(self, path: str | Path, max_nodes: int | None = None) -> Path:
+        """Write the chunks in two dimensions, coloured by cluster, as an interactive HTML page
+        that opens offline (``engine.pictures``; ``chunktree[plot]``)."""
+        from chunktree.engine import pictures
+
+        return pictures.write_html(pictures.clusters_figure(self, max_nodes or pictures.MAX_NODES), path)
+
+    def to_png(self, path: str | Path, max_nodes: int | None = None) -> Path:
+        """Write the same picture of the clusters as a PNG (matplotlib)."""
+        from chunktree.engine import pictures
+
+        return pictures.clusters_png(self, path, max_nodes or pictures.MAX_NODES)
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON-ready result: each cluster with its size, members and representatives (their
@@ -246,7 +262,7 @@ def select(
     timings["total_s"] = time.perf_counter() - t0
     inertia = float(dist_sq.sum(dtype=np.float64))
     return SelectResult(clusters, relabel, np.ascontiguousarray(centers[kept], dtype=np.float32), k, inertia,
-                        params, timings, inputs.embedding, inputs.items)
+                        params, timings, inputs.embedding, inputs.items, x)
 
 
 def _balanced_clusters(x: np.ndarray, k: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:

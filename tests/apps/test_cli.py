@@ -230,8 +230,10 @@ def test_eval_order_on_a_tiny_squad_file(tmp_path, cli):
     assert "| bfs |" in r.stdout and "squad:" in r.stdout
     bad = cli("eval-order", str(path), "--budget", "0")
     assert bad.returncode == 2 and "budget (a fraction of the passage) must be a number in (0.0, 1.0]" in bad.stderr
-    one = cli("eval-order", str(path), "--limit", "1", "--json", str(out), "--cache", str(tmp_path / "c.sqlite"))
+    one = cli("eval-order", str(path), "--limit", "1", "--json", str(out), "--cache", str(tmp_path / "c.sqlite"),
+              "--html", tmp_path / "eval.html")
     assert one.returncode == 0 and json.loads(out.read_text())["summary"]["all"]["questions"] == 1
+    assert "What lit the lamps?" in (tmp_path / "eval.html").read_text(encoding="utf-8")  # the first question
 
 
 def test_serve_answers_an_openai_client(tmp_path, embedder):
@@ -338,3 +340,30 @@ def test_order_from_embeddings_equals_order_from_the_texts(tmp_path, cli, corpus
     (tmp_path / "short.jsonl").write_text((tmp_path / "e.jsonl").read_text().splitlines()[0] + "\n")
     bad = cli("order", "--embeddings", out, "--chunks", tmp_path / "short.jsonl", "--no-cache")
     assert bad.returncode == 2 and "has 1 chunks" in bad.stderr and "rows but --chunks" in bad.stderr
+
+
+def test_order_and_select_write_pictures(tmp_path, cli, corpus):
+    cache = str(tmp_path / "c.sqlite")
+    r = cli("order", str(corpus), "-q", "What does the whale hunt?", "--format", "json", "--chunk-tokens", "64",
+            "--overlap", "0", "--html", tmp_path / "pics" / "tree.html", "--png", tmp_path / "pics" / "tree.png",
+            "--cache", cache)
+    assert r.returncode == 0, r.stderr
+    n = json.loads(r.stdout)["n_chunks"]
+    page = (tmp_path / "pics" / "tree.html").read_text(encoding="utf-8")
+    assert "Chow-Liu tree" in page and f"{n:,} chunks" in page and "plotly" in page
+    assert (tmp_path / "pics" / "tree.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    r = cli("select", str(corpus), "-k", "2", "--chunk-tokens", "64", "--overlap", "0", "--html",
+            tmp_path / "clusters.html", "--cache", cache)
+    assert r.returncode == 0 and "2 clusters of" in (tmp_path / "clusters.html").read_text(encoding="utf-8")
+
+
+def test_a_picture_path_that_cannot_be_written_fails_before_any_work(tmp_path, cli, monkeypatch, corpus):
+    (tmp_path / "a-file").write_text("not a folder")
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("chunked or embedded before checking the picture path")
+
+    monkeypatch.setattr("chunktree.apps.cli._load_chunks", no_work)
+    for command in (["order"], ["select", "-k", "2"]):
+        r = cli(*command, str(corpus), "--png", tmp_path / "a-file" / "t.png")
+        assert r.returncode == 2 and "--png" in r.stderr and "cannot create the folder" in r.stderr

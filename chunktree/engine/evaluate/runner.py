@@ -18,7 +18,9 @@ a memory of ``budget`` x the passage's tokens):
   inside the kept text (HotpotQA; yes/no answers are not counted).
 
 Per two-gold question: ``tree_edge``, whether the gold paragraphs are joined by an edge of the
-Chow-Liu tree (when a tree order is among the orders). Means come with 95% bootstrap intervals over questions, and every order with its
+Chow-Liu tree (when a tree order is among the orders). Each record also keeps the question, the
+passage's paragraph count and, per order, the gold paragraphs' positions (``gold``: what
+``engine.pictures.eval_figure`` draws). Means come with 95% bootstrap intervals over questions, and every order with its
 paired difference from ``document`` and from ``dense`` (same questions, same resamples).
 """
 
@@ -114,7 +116,7 @@ def evaluate_orders(
         q_vecs, _ = embed_texts([q.text for q in passage.questions], embedder, cache)
         for q, qv in zip(passage.questions, q_vecs):
             scores = sentences.vectors @ qv
-            record: dict[str, Any] = {"kind": q.kind, "orders": {}}
+            record: dict[str, Any] = {"kind": q.kind, "question": q.text, "paragraphs": n, "orders": {}}
             for name in orders:
                 if name == "random":
                     seq = np.random.default_rng([seed, len(records)]).permutation(n)
@@ -124,7 +126,9 @@ def evaluate_orders(
                     if result.parent is not None and len(q.gold) == 2 and "tree_edge" not in record:
                         a, b = q.gold
                         record["tree_edge"] = float(result.parent[a] == b or result.parent[b] == a)
-                m = {"positions": _positions(seq, q, paragraphs)}
+                where = np.empty(n, dtype=np.int64)
+                where[seq] = np.arange(n)
+                m = {"positions": _positions(seq, q, paragraphs), "gold": sorted(where[list(q.gold)].tolist())}
                 for reader, weight in readers.items():
                     worker = ExtractiveWorker(sentences, scores, memory_budget, paragraphs, memory_weight=weight)
                     for pid in seq.tolist():
