@@ -166,7 +166,11 @@ def _open_in_browser(page, shot):
     return errors, float((img.min(axis=2) < 0.9).mean())
 
 
-def test_pages_open_in_a_real_browser_without_errors(tmp_path):
+def test_pages_open_in_a_real_browser_without_errors(tmp_path, embedder):
+    from test_evaluate import PARAGRAPHS, hotpot_line
+
+    from chunktree.engine.evaluate import evaluate_orders, format_report, load
+
     chromium = _chromium()
     assert chromium
     broken = tmp_path / "broken.html"  # the checks below can fail: a blank page that throws
@@ -175,7 +179,11 @@ def test_pages_open_in_a_real_browser_without_errors(tmp_path):
     assert errors and inked == 0.0
     tree = _tree(n=60)
     x, _ = unit_topics(200, topics=5, seed=4)
-    for name, write in (("tree", tree.to_html), ("clusters", select(x, 5).to_html)):
+    data = tmp_path / "h.jsonl"
+    data.write_text(hotpot_line("Where was the author of Moby-Dick born?", ["New York City"], PARAGRAPHS, {1, 3}) + "\n")
+    evaluated = evaluate_orders(load(data)[1], embedder, None)
+    for name, write in (("tree", tree.to_html), ("clusters", select(x, 5).to_html),
+                        ("eval", lambda path: pictures.eval_html(evaluated, format_report(evaluated), path))):
         page = write(tmp_path / f"{name}.html")
         errors, inked = _open_in_browser(page, tmp_path / f"{name}.png")
         assert errors == [], name
