@@ -1,16 +1,19 @@
 """The top-K neighbour search of the sparse method against FAISS and pynndescent, in one run.
 
-    python -m pytest bench/bench_topk.py                                # n = 100,000
-    CHUNKTREE_BENCH_TOPK_N=200000 python -m pytest bench/bench_topk.py  # any n
+    python -m pytest bench/bench_topk.py                                     # n = 100,000
+    CHUNKTREE_BENCH_TOPK_N=200000 python -m pytest bench/bench_topk.py       # any n
+    CHUNKTREE_BENCH_TOPK_TOPICS=5000 python -m pytest bench/bench_topk.py    # fuzzy: 5,000 fine topics
 
-On the synthetic 100-topic data (``chunktree.engine.scale.synthetic_embeddings``), top-16 of every
-row, recall@16 on 1,000 sampled rows against exact neighbours:
+On the synthetic data (``chunktree.engine.scale.synthetic_embeddings``, 100 topics unless set),
+top-16 of every row, recall@16 on 1,000 sampled rows against exact neighbours:
 1. centres: chunktree's ``spherical_kmeans`` against ``faiss.Kmeans`` (spherical, 10 iterations, 64
    points per centre, the same 2·sqrt(n) centres), and the recall of the search after each;
 2. search: chunktree's ``topk_clustered`` against faiss ``IndexIVFFlat`` with the same centres and
    nprobe (16), ``IndexHNSWFlat`` (M = 32; built once, searched at several efSearch values), and
    pynndescent (defaults):
-   time and recall, to compare at matched recall. HNSW and pynndescent times include their build.
+   time and recall, to compare at matched recall. HNSW and pynndescent times include their build;
+3. what the sparse method itself does (``order.sparse_neighbours``: centres, search, and the
+   refinement passes while the estimated recall is below 0.99): time and recall.
 """
 
 import os
@@ -20,18 +23,20 @@ import numpy as np
 import pytest
 from conftest import summary
 
+from chunktree.engine.order import sparse_neighbours
 from chunktree.engine.scale import synthetic_embeddings
 from chunktree.kernels.kmeans import spherical_kmeans
 from chunktree.kernels.topk import exact_sims_of_rows, recall_of_rows, topk_clustered
 
 N = int(os.environ.get("CHUNKTREE_BENCH_TOPK_N", "100000"))
+TOPICS = int(os.environ.get("CHUNKTREE_BENCH_TOPK_TOPICS", "100"))
 K, PROBES = 16, 16
 EF_SEARCH = (16, 32, 64)
 
 
 @pytest.fixture(scope="module")
 def data():
-    x = synthetic_embeddings(N, seed=N)
+    x = synthetic_embeddings(N, topics=TOPICS, seed=N)
     rows = np.sort(np.random.default_rng(0).choice(N, 1000, replace=False))
     return x, rows, exact_sims_of_rows(x, rows, K)
 
@@ -83,6 +88,13 @@ def test_hnsw(results, data):
         results["topk"][f"hnsw_{ef}"] = {"build_s": build_s, "search_s": search_s, "recall": recall(d[rows, 1:], exact)}
 
 
+def test_sparse_neighbours(results, data):
+    x, rows, exact = data
+    timings, info = {}, {}
+    (_, sims), s = timed(sparse_neighbours, x, K, round(2 * np.sqrt(N)), PROBES, 0, timings, None, info)
+    results["topk"]["sparse_neighbours"] = {"s": s, "recall": recall(sims[rows], exact), **timings, **info}
+
+
 def test_pynndescent(results, data):
     pynndescent = pytest.importorskip("pynndescent")
     x, rows, exact = data
@@ -99,7 +111,7 @@ def topk_summary(results):
     lines = []
     row = r.get("centres_search")
     if row:
-        lines.append(f"n={row['n']:,}, {row['centres']} centres: spherical_kmeans {row['ours_kmeans_s']:.2f} s vs "
+        lines.append(f"n={row['n']:,}, {TOPICS} topics, {row['centres']} centres: spherical_kmeans {row['ours_kmeans_s']:.2f} s vs "
                      f"faiss.Kmeans {row['faiss_kmeans_s']:.2f} s ({row['faiss_kmeans_s'] / row['ours_kmeans_s']:.1f}x); "
                      f"search recall@16 after them {row['ours_centres_recall']:.3f} vs {row['faiss_centres_recall']:.3f}")
         lines.append(f"search: chunktree topk_clustered {row['ours_search_s']:.2f} s (recall {row['ours_centres_recall']:.3f})"
@@ -110,6 +122,11 @@ def topk_summary(results):
         if h:
             lines.append(f"faiss IndexHNSWFlat M=32 efSearch={ef}: build {h['build_s']:.2f} s + search {h['search_s']:.2f} s"
                          f" = {h['build_s'] + h['search_s']:.2f} s, recall {h['recall']:.3f}")
+    sn = r.get("sparse_neighbours")
+    if sn:
+        lines.append(f"chunktree sparse_neighbours (centres {sn['kmeans_s']:.2f} s, search {sn['topk_s']:.2f} s, "
+                     f"{sn['refine_passes']} refinement passes {sn['refine_s']:.2f} s): {sn['s']:.2f} s, "
+                     f"recall {sn['recall']:.3f}")
     p = r.get("pynndescent")
     if p:
         lines.append(f"pynndescent: {p['s']:.2f} s, recall {p['recall']:.3f}")
