@@ -10,11 +10,14 @@ Runtimes (each with THREADS intra-op threads, checked: onnxruntime's session opt
 - ``fastembed``: fastembed's ``TextEmbedding`` loading chunktree's own ONNX file and the model's
   tokenizer from a local folder (no download): the ONNX reference, same graph;
 - ``sentence-transformers``: ``SentenceTransformer(...).encode`` on the same weights (PyTorch;
-  it sorts by length, as chunktree does): the PyTorch reference.
+  it sorts by length, as chunktree does): the PyTorch reference;
+- ``chunktree-int8``: ``Embedder("all-MiniLM-L6-v2-int8")`` (each window alone, so its batch size
+  changes nothing).
 
 Texts: N_CHUNKS chunks of the sample corpus of 247-256 tokens (within the 256-token window, so
-nobody truncates). Chunks/s at batch 16/32/64 (median of 3 rounds), a 15-word sentence alone
-(p50/p95 of 200 calls), and each runtime's agreement with chunktree's vectors (min cosine).
+nobody truncates), and SENTENCES short sentences. Chunks/s at batch 16/32/64 (median of 3 rounds),
+sentences/s at batch 64, a 15-word sentence alone (p50/p95 of 200 calls), and each runtime's
+agreement with chunktree's fp32 vectors (min cosine).
 """
 
 import tempfile
@@ -32,7 +35,8 @@ N_CHUNKS = 200
 BATCHES = (16, 32, 64)
 SENTENCE = "The old captain watched the grey whale rise slowly beside the ship at dawn today."  # 15 words
 assert len(SENTENCE.split()) == 15
-RUNTIMES = ("chunktree", "fastembed", "sentence-transformers")
+N_SENTENCES = 1000
+RUNTIMES = ("chunktree", "fastembed", "sentence-transformers", "chunktree-int8")
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +90,15 @@ def _sentence_transformers():
                                                      convert_to_numpy=True)
 
 
-MAKERS = {"chunktree": _chunktree, "fastembed": _fastembed, "sentence-transformers": _sentence_transformers}
+def _chunktree_int8():
+    e = Embedder("all-MiniLM-L6-v2-int8", threads=THREADS)
+    assert e._session.get_session_options().intra_op_num_threads == THREADS
+    e.warmup()
+    return lambda texts, batch_size=32: e.embed(texts, batch_size=batch_size)  # each window alone, whatever the batch
+
+
+MAKERS = {"chunktree": _chunktree, "fastembed": _fastembed, "sentence-transformers": _sentence_transformers,
+          "chunktree-int8": _chunktree_int8}
 
 
 @pytest.fixture(scope="module")
@@ -115,6 +127,13 @@ def test_throughput(benchmark, results, runtime, chunks, batch_size, request):
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES, indirect=True)
+def test_sentence_throughput(benchmark, results, runtime, request):
+    sentences = [f"The captain watched whale number {i} rise beside the ship at dawn." for i in range(N_SENTENCES)]
+    benchmark.pedantic(runtime, args=(sentences,), kwargs={"batch_size": 64}, rounds=3, iterations=1)
+    _record(results, f"{request.node.callspec.params['runtime']}_sentences", benchmark, N_SENTENCES)
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES, indirect=True)
 def test_sentence_latency(benchmark, results, runtime, request):
     benchmark.pedantic(runtime, args=([SENTENCE],), rounds=200, iterations=1, warmup_rounds=5)
     _record(results, f"{request.node.callspec.params['runtime']}_sentence", benchmark, 1)
@@ -136,11 +155,18 @@ def embed_summary(results):
         if not ours:
             continue
         line = f"embed batch {bs}: chunktree {ours['per_s']:.1f} chunks/s"
-        for name in RUNTIMES[1:]:
+        for name in ("fastembed", "sentence-transformers"):
             ref = r.get(f"{name}_b{bs}")
             if ref:
-                line += f" | {name} {ref['per_s']:.1f} ({ours['per_s'] / ref['per_s']:.2f}x)"
+                line += f" | {name} {ref['per_s']:.1f} (chunktree {ours['per_s'] / ref['per_s']:.2f}x)"
+        q8, fe = r.get(f"chunktree-int8_b{bs}"), r.get(f"fastembed_b{bs}")
+        if q8:
+            line += f" | chunktree-int8 {q8['per_s']:.1f} ({q8['per_s'] / ours['per_s']:.2f}x fp32"
+            line += f", {q8['per_s'] / fe['per_s']:.2f}x fastembed)" if fe else ")"
         lines.append(line)
+    line = ", ".join(f"{name} {r[f'{name}_sentences']['per_s']:.0f}" for name in RUNTIMES if f"{name}_sentences" in r)
+    if line:
+        lines.append(f"{N_SENTENCES} short sentences at batch 64, sentences/s: {line}")
     for name in RUNTIMES:
         s = r.get(f"{name}_sentence")
         if s:

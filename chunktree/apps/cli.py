@@ -26,7 +26,7 @@ from chunktree.engine.order import DEFAULT_STRATEGY, EXACT_MAX_N, METHODS, STRAT
 from chunktree.engine.read.extractive import DEFAULT_MEMORY_WEIGHT
 from chunktree.engine.scale import DEFAULT_SIZES
 from chunktree.models.embedder import DEFAULT_BATCH_SIZE
-from chunktree.models.registry import DEFAULT_MODEL
+from chunktree.models.registry import DEFAULT_MODEL, MODELS
 
 def _add_corpus_args(p: argparse.ArgumentParser, model_flag: str = "--model") -> None:
     p.add_argument("paths", nargs="*", metavar="PATH",
@@ -38,7 +38,8 @@ def _add_corpus_args(p: argparse.ArgumentParser, model_flag: str = "--model") ->
     p.add_argument("--overlap", type=int, default=DEFAULT_OVERLAP_TOKENS,
                    help="tokens shared by consecutive chunks (default %(default)s)")
     p.add_argument(model_flag, dest="model", default=DEFAULT_MODEL.name,
-                   help="embedding model name or an .onnx file from 'chunktree export' (default %(default)s)")
+                   help=f"embedding model: {', '.join(MODELS)}, or an .onnx file from 'chunktree export' "
+                        "(default %(default)s)")
     p.add_argument("--threads", type=int, default=None, help="onnxruntime threads (default: all cores)")
     p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
                    help="texts per forward pass (default %(default)s)")

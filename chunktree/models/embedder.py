@@ -16,6 +16,7 @@ import numpy as np
 
 from chunktree.checks import InvalidTypeError, InvalidValueError, positive_int
 from chunktree.models import registry
+from chunktree.models.quantize import META_WINDOWS_ALONE
 from chunktree.progress import tracked
 
 log = logging.getLogger(__name__)
@@ -45,9 +46,11 @@ class Embedder:
 
     Parameters
     ----------
-    model : a known model name (default ``"all-MiniLM-L6-v2"``) or an ONNX file from ``chunktree export``.
+    model : a known model name (default ``"all-MiniLM-L6-v2"``; ``"all-MiniLM-L6-v2-int8"`` is its
+        int8 variant, ``models.quantize``) or an ONNX file from ``chunktree export``.
     threads : onnxruntime intra-op threads; ``None`` lets onnxruntime use every physical core.
-    batch_size : windows per forward pass; windows are sorted by token count before batching.
+    batch_size : windows per forward pass; windows are sorted by token count before batching
+        (an int8 model runs each window alone, whatever the batch size).
     """
 
     def __init__(
@@ -89,6 +92,9 @@ class Embedder:
         self._window_tokenizer.no_padding()
         self._window_tokenizer.enable_truncation(self.window, stride=0)
         self.special_tokens: int = self.tokenizer.post_processor.num_special_tokens_to_add(False)
+        # int8 models compute activation scales over the whole input: each window runs alone, so a
+        # text's vector does not depend on the batch around it (``quantize``).
+        self.windows_alone: bool = meta.get(META_WINDOWS_ALONE) == "1"
         pad = self.tokenizer.padding
         self._pad_id = 0 if pad is None else int(pad["pad_id"])
 
@@ -109,6 +115,8 @@ class Embedder:
             if not isinstance(t, str):
                 raise InvalidTypeError(f"texts[{i}] must be str; got {type(t).__name__}")
         batch_size = self.batch_size if batch_size is None else positive_int(batch_size, "batch_size")
+        if self.windows_alone:
+            batch_size = 1
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
         if not texts:
             return out

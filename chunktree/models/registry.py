@@ -7,6 +7,7 @@ result in the user cache directory, so later runs load it directly.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import importlib
 import importlib.metadata
@@ -47,6 +48,7 @@ class ModelDescription:
     module : import name of that package.
     subdir : folder inside the installed package holding ``config.json``,
         ``model.safetensors`` and ``tokenizer.json``.
+    int8 : the int8 variant of the fp32 graph of the same weights (``quantize``).
     """
 
     name: str
@@ -56,6 +58,7 @@ class ModelDescription:
     version: str
     module: str
     subdir: str
+    int8: bool = False
 
     @property
     def install_command(self) -> str:
@@ -74,7 +77,9 @@ DEFAULT_MODEL = ModelDescription(
     subdir="model",
 )
 
-MODELS = {DEFAULT_MODEL.name: DEFAULT_MODEL}
+INT8_MODEL = dataclasses.replace(DEFAULT_MODEL, name="all-MiniLM-L6-v2-int8", int8=True)
+
+MODELS = {m.name: m for m in (DEFAULT_MODEL, INT8_MODEL)}
 
 
 class ModelNotInstalledError(ChunktreeError, ImportError):
@@ -100,9 +105,18 @@ def weights_dir(desc: ModelDescription) -> Path:
 
 
 def onnx_path(desc: ModelDescription) -> Path:
-    """Path of the model's ONNX file, building it into the cache directory on first use."""
+    """Path of the model's ONNX file, building it into the cache directory on first use (an int8
+    model: the fp32 graph of the same weights first, then its quantisation)."""
     source = weights_dir(desc)
     version = importlib.metadata.version(desc.package)
+    if desc.int8:
+        from chunktree.models.quantize import QUANT_VERSION, build_int8
+
+        fp32 = onnx_path(dataclasses.replace(desc, int8=False))
+        target = cache_dir() / "models" / f"{desc.name}-{version}-b{BUILDER_VERSION}-q{QUANT_VERSION}.onnx"
+        if not target.is_file():
+            build_int8(fp32, target, desc.name)
+        return target
     target = cache_dir() / "models" / f"{desc.name}-{version}-b{BUILDER_VERSION}.onnx"
     if not target.is_file():
         build_onnx(desc, source, target)

@@ -72,7 +72,7 @@ def test_bad_input_errors(embedder):
         Embedder(threads=-1)
     with pytest.raises(TypeError, match="not a single string"):
         embedder.count_tokens("a string")
-    with pytest.raises(ValueError, match=r"model must be one of \['all-MiniLM-L6-v2'\].*'no-such-model'"):
+    with pytest.raises(ValueError, match=r"model must be one of \['all-MiniLM-L6-v2', 'all-MiniLM-L6-v2-int8'\].*'no-such-model'"):
         Embedder("no-such-model")
 
 
