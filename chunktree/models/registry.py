@@ -48,7 +48,8 @@ class ModelDescription:
     module : import name of that package.
     subdir : folder inside the installed package holding ``config.json``,
         ``model.safetensors`` and ``tokenizer.json``.
-    int8 : the int8 variant of the fp32 graph of the same weights (``quantize``).
+    int8_of : for an int8 model, the name of the fp32 model whose graph it quantises
+        (``quantize``); None for an fp32 model.
     """
 
     name: str
@@ -58,7 +59,7 @@ class ModelDescription:
     version: str
     module: str
     subdir: str
-    int8: bool = False
+    int8_of: str | None = None
 
     @property
     def install_command(self) -> str:
@@ -77,7 +78,7 @@ DEFAULT_MODEL = ModelDescription(
     subdir="model",
 )
 
-INT8_MODEL = dataclasses.replace(DEFAULT_MODEL, name="all-MiniLM-L6-v2-int8", int8=True)
+INT8_MODEL = dataclasses.replace(DEFAULT_MODEL, name="all-MiniLM-L6-v2-int8", int8_of=DEFAULT_MODEL.name)
 
 MODELS = {m.name: m for m in (DEFAULT_MODEL, INT8_MODEL)}
 
@@ -109,10 +110,10 @@ def onnx_path(desc: ModelDescription) -> Path:
     model: the fp32 graph of the same weights first, then its quantisation)."""
     source = weights_dir(desc)
     version = importlib.metadata.version(desc.package)
-    if desc.int8:
+    if desc.int8_of is not None:
         from chunktree.models.quantize import QUANT_VERSION, build_int8
 
-        fp32 = onnx_path(dataclasses.replace(desc, int8=False))
+        fp32 = onnx_path(MODELS[desc.int8_of])
         target = cache_dir() / "models" / f"{desc.name}-{version}-b{BUILDER_VERSION}-q{QUANT_VERSION}.onnx"
         if not target.is_file():
             build_int8(fp32, target, desc.name)

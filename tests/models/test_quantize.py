@@ -11,6 +11,7 @@ from chunktree import Embedder, order, select
 from chunktree.engine.cache import EmbeddingCache
 from chunktree.engine.embedding import embed_texts
 from chunktree.kernels.similarity import similarity_matrix
+from chunktree.paths import cache_dir
 
 GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "golden_minilm.npz"
 
@@ -43,6 +44,9 @@ def test_agrees_with_pytorch_golden_vectors_and_fp32(int8, embedder):
 
 def test_its_vectors_never_mix_with_fp32_in_the_cache(int8, embedder, tmp_path):
     assert int8.model_id != embedder.model_id and int8.model_id.startswith("all-MiniLM-L6-v2-int8@")
+    built = sorted(p.name for p in (cache_dir() / "models").glob("*.onnx"))
+    assert [b for b in built if "int8" in b] == [int8.path.name]  # quantised from the one fp32 graph
+    assert embedder.path.name in built
     texts = ["the white whale", "a ship at dawn"]
     with EmbeddingCache(tmp_path / "c.sqlite") as cache:
         fp, _ = embed_texts(texts, embedder, cache)
