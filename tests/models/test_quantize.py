@@ -1,6 +1,9 @@
-"""The int8 model: batch-invariant and its own cache key (default run); on real text in agreement
-with fp32 and the PyTorch golden vectors, and on the project's own evaluations within fp32's
-intervals (real_data, run by CI)."""
+"""The int8 model: batch-invariant, its own cache key, on real text in agreement with fp32 and the
+PyTorch golden vectors, and on the project's own evaluations within fp32's intervals.
+
+All marked real_data (CI runs them): quantising the model once per test run costs about 7 s cold,
+more than the default run can spare.
+"""
 
 from pathlib import Path
 
@@ -21,6 +24,7 @@ def int8():
     return Embedder("all-MiniLM-L6-v2-int8")
 
 
+@pytest.mark.real_data
 def test_a_text_embeds_bit_for_bit_the_same_alone_and_in_any_batch(int8):
     texts = [f"sentence number {i} " + "whale " * (i * 11 % 70) for i in range(24)]
     alone = np.stack([int8.embed([t])[0] for t in texts])
@@ -42,6 +46,7 @@ def test_agrees_with_pytorch_golden_vectors_and_fp32(int8, embedder):
     assert 0.99 <= to_fp32.min() < 0.99999  # close to fp32, and not fp32 itself
 
 
+@pytest.mark.real_data
 def test_its_vectors_never_mix_with_fp32_in_the_cache(int8, embedder, tmp_path):
     assert int8.model_id != embedder.model_id and int8.model_id.startswith("all-MiniLM-L6-v2-int8@")
     built = sorted(p.name for p in (cache_dir() / "models").glob("*.onnx"))
