@@ -15,7 +15,8 @@ Runtimes (each with THREADS intra-op threads, checked: onnxruntime's session opt
   changes nothing).
 
 Texts: N_CHUNKS chunks of the sample corpus of 247-256 tokens (within the 256-token window, so
-nobody truncates), and SENTENCES short sentences. Chunks/s at batch 16/32/64 (median of 3 rounds),
+nobody truncates), and N_SENTENCES short sentences. Chunks/s at batch 16/32/64 (median of 3 rounds
+after one warm-up round: onnxruntime's first runs at new shapes are slower),
 sentences/s at batch 64, a 15-word sentence alone (p50/p95 of 200 calls), and each runtime's
 agreement with chunktree's fp32 vectors (min cosine).
 """
@@ -122,14 +123,16 @@ def test_agreement(results, runtime, chunks, request):
 @pytest.mark.parametrize("batch_size", BATCHES)
 @pytest.mark.parametrize("runtime", RUNTIMES, indirect=True)
 def test_throughput(benchmark, results, runtime, chunks, batch_size, request):
-    benchmark.pedantic(runtime, args=(chunks,), kwargs={"batch_size": batch_size}, rounds=3, iterations=1)
+    benchmark.pedantic(runtime, args=(chunks,), kwargs={"batch_size": batch_size}, rounds=3, iterations=1,
+                       warmup_rounds=1)
     _record(results, f"{request.node.callspec.params['runtime']}_b{batch_size}", benchmark, len(chunks))
 
 
 @pytest.mark.parametrize("runtime", RUNTIMES, indirect=True)
 def test_sentence_throughput(benchmark, results, runtime, request):
     sentences = [f"The captain watched whale number {i} rise beside the ship at dawn." for i in range(N_SENTENCES)]
-    benchmark.pedantic(runtime, args=(sentences,), kwargs={"batch_size": 64}, rounds=3, iterations=1)
+    benchmark.pedantic(runtime, args=(sentences,), kwargs={"batch_size": 64}, rounds=3, iterations=1,
+                       warmup_rounds=1)
     _record(results, f"{request.node.callspec.params['runtime']}_sentences", benchmark, N_SENTENCES)
 
 

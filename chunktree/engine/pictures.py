@@ -181,8 +181,8 @@ def tree_figure(result: Any, max_nodes: int = MAX_NODES) -> Any:
         ex = [v for c, p in pick for v in (x[c], x[p], None)]
         ey = [v for c, p in pick for v in (y[c], y[p], None)]
         label = f"similarity ≥ {low:.2f}" if b else f"similarity < {EDGE_SHADES[1][0]:.2f}"
-        fig.add_trace(trace(x=ex, y=ey, mode="lines", line={"color": colour, "width": 1.5},
-                                 hoverinfo="skip", name=f"edge, {label}", legendgroup="edges"))
+        fig.add_trace(trace(x=ex, y=ey, mode="lines", line={"color": colour, "width": 1.5}, hoverinfo="skip",
+                            name=f"edge, {label}", legendgroup="edges"))
     names, legend = _sources(result.items, nodes)
     colours = dict(zip(legend, _palette(len(legend))))
     colours["other sources"] = OTHER
