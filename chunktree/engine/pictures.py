@@ -96,17 +96,19 @@ def _describe(item: Any, chunk: int, width: int = 80, limit: int = 400) -> str:
     return "<br>".join(lines)
 
 
-def _sources(items: Any, nodes: np.ndarray) -> tuple[list[str], list[str]]:
-    """Each drawn node's source name (a name of its own for the ``SOURCE_COLOURS`` most frequent,
-    else "other sources") and the names in legend order."""
+def _source_groups(items: Any, nodes: np.ndarray) -> list[tuple[str, list[int], str]]:
+    """(source name, indices into ``nodes``, colour) per legend entry: a colour of its own for
+    each of the ``SOURCE_COLOURS`` most frequent sources, grey "other sources" for the rest."""
     if items is None or not isinstance(items[0], Chunk):
-        return ["chunks"] * nodes.size, ["chunks"]
+        return [("chunks", list(range(nodes.size)), PALETTE[0])]
     raw = [items[i].source for i in nodes.tolist()]
     names, counts = np.unique(raw, return_counts=True)
     top = [str(s) for s in names[np.argsort(-counts, kind="stable")][:SOURCE_COLOURS]]
-    keep = set(top)
-    named = [s if s in keep else "other sources" for s in raw]
-    return named, top + (["other sources"] if len(keep) < names.size else [])
+    members: dict[str, list[int]] = {name: [] for name in top + ["other sources"]}
+    for i, s in enumerate(raw):
+        members[s if s in members else "other sources"].append(i)
+    colours = {**dict(zip(top, _palette(len(top)))), "other sources": OTHER}
+    return [(name, m, colours[name]) for name, m in members.items() if m]
 
 
 def tree_layout(parent: np.ndarray, nodes: np.ndarray, position: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -183,12 +185,8 @@ def tree_figure(result: Any, max_nodes: int = MAX_NODES) -> Any:
         label = f"similarity ≥ {low:.2f}" if b else f"similarity < {EDGE_SHADES[1][0]:.2f}"
         fig.add_trace(trace(x=ex, y=ey, mode="lines", line={"color": colour, "width": 1.5}, hoverinfo="skip",
                             name=f"edge, {label}", legendgroup="edges"))
-    names, legend = _sources(result.items, nodes)
-    colours = dict(zip(legend, _palette(len(legend))))
-    colours["other sources"] = OTHER
     labelled = nodes.size <= LABELLED_NODES
-    for name in legend:
-        members = [i for i, s in enumerate(names) if s == name]
+    for name, members, colour in _source_groups(result.items, nodes):
         hover = []
         for i in members:
             v = int(nodes[i])
@@ -203,7 +201,7 @@ def tree_figure(result: Any, max_nodes: int = MAX_NODES) -> Any:
             x=x[members], y=y[members], mode="markers+text" if labelled else "markers", name=name,
             text=[str(position[nodes[i]] + 1) for i in members] if labelled else None, textposition="middle center",
             textfont={"size": 9, "color": "white"}, customdata=nodes[members], hovertext=hover, hoverinfo="text",
-            marker={"size": 18 if labelled else 5, "color": colours[name], "line": {"width": 0.5, "color": "white"}}))
+            marker={"size": 18 if labelled else 5, "color": colour, "line": {"width": 0.5, "color": "white"}}))
     r = int(np.flatnonzero(nodes == result.root)[0])
     fig.add_trace(go.Scatter(x=[x[r]], y=[y[r]], mode="markers", name="root (read first)", hoverinfo="skip",
                              marker={"symbol": "star", "size": 26, "color": "rgba(0,0,0,0)",
@@ -242,13 +240,9 @@ def tree_png(result: Any, path: str | Path, max_nodes: int = MAX_NODES) -> Path:
         lines.set_array(np.clip(sims, 0.1, 1.0))
         ax.add_collection(lines)
         fig.colorbar(lines, ax=ax, shrink=0.5, label="edge similarity")
-    names, legend = _sources(result.items, nodes)
-    colours = dict(zip(legend, _palette(len(legend))))
-    colours["other sources"] = OTHER
     labelled = nodes.size <= LABELLED_NODES
-    for name in legend:
-        members = [i for i, s in enumerate(names) if s == name]
-        ax.scatter(x[members], y[members], s=140 if labelled else 12, c=colours[name], label=name, zorder=2,
+    for name, members, colour in _source_groups(result.items, nodes):
+        ax.scatter(x[members], y[members], s=140 if labelled else 12, c=colour, label=name, zorder=2,
                    edgecolors="white", linewidths=0.5)
     if labelled:
         for i, v in enumerate(nodes.tolist()):
@@ -337,7 +331,8 @@ def clusters_png(result: Any, path: str | Path, max_nodes: int = MAX_NODES, seed
     nodes, xy = _drawn_clusters(result, max_nodes, seed)
     labels = result.labels[nodes]
     colours = np.array(_palette(len(result.clusters)))
-    reps = np.array([int(v) in set(result.representatives) for v in nodes])
+    chosen = set(result.representatives)
+    reps = np.array([int(v) in chosen for v in nodes])
     fig, ax = plt.subplots(figsize=(9, 7), dpi=100)
     ax.scatter(xy[~reps, 0], xy[~reps, 1], s=10, c=colours[labels[~reps]].tolist(), alpha=0.7, label="chunks")
     ax.scatter(xy[reps, 0], xy[reps, 1], s=160, marker="*", c=colours[labels[reps]].tolist(), edgecolors="black",

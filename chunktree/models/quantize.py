@@ -16,7 +16,6 @@ real texts, and ``bench/bench_embed.py`` measures the speed).
 from __future__ import annotations
 
 import logging
-import os
 import tempfile
 from pathlib import Path
 
@@ -57,11 +56,4 @@ def build_int8(fp32_path: Path, target: Path, name: str) -> None:
         for key, value in meta.items():
             entry = out.metadata_props.add()
             entry.key, entry.value = key, value
-        fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".onnx.tmp")
-        try:
-            with os.fdopen(fd, "wb") as f:
-                f.write(out.SerializeToString())
-            os.replace(tmp, target)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        registry.write_model(out, target)

@@ -17,6 +17,7 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from chunktree.checks import ChunktreeError
 from chunktree.paths import cache_dir
@@ -141,9 +142,13 @@ def build_onnx(desc: ModelDescription, source: Path, target: Path) -> None:
         META_DIM: str(desc.dim),
         META_TOKENIZER: (source / "tokenizer.json").read_text(encoding="utf-8"),
     }
-    model = build_bert_onnx(load_file(str(weights_file)), config, metadata)
+    write_model(build_bert_onnx(load_file(str(weights_file)), config, metadata), target)
+
+
+def write_model(model: Any, target: Path) -> None:
+    """Write an ``onnx.ModelProto`` to ``target`` beside it and rename: concurrent builders never
+    see a partial file."""
     target.parent.mkdir(parents=True, exist_ok=True)
-    # Write beside the target and rename: concurrent builders never see a partial file.
     fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".onnx.tmp")
     try:
         with os.fdopen(fd, "wb") as f:
