@@ -377,20 +377,25 @@ def cmd_embed(args: argparse.Namespace) -> int:
     _check_output_folder(out)  # before any work, not after minutes of embedding
     embedder, chunks, chunk_s = _load_chunks(args)
     cache = _open_cache(args)
-    vectors, stats = embed_texts([c.text for c in chunks], embedder, cache, progress=_progress(args), ray=args.ray)
-    # Each file appears whole or not at all: a run killed while writing leaves no half file behind.
+    # The vectors go into a memory-mapped OUT.npy.partial as each batch comes, so a large corpus is
+    # not held in memory; each file appears whole or not at all (a rename at the end), and a run
+    # that is stopped resumes through the cache's commits.
     meta = out.with_suffix(".jsonl")
-    with open(f"{out}.partial", "wb") as f:
-        np.save(f, vectors)
     with open(f"{meta}.partial", "w", encoding="utf-8") as f:
         for c in chunks:
             f.write(json.dumps(c.to_dict(), ensure_ascii=False) + "\n")
+    vectors = np.lib.format.open_memmap(f"{out}.partial", mode="w+", dtype=np.float32,
+                                        shape=(len(chunks), embedder.dim))
+    _, stats = embed_texts([c.text for c in chunks], embedder, cache, progress=_progress(args), ray=args.ray,
+                           out=vectors)
+    vectors.flush()
+    del vectors  # the mapping is closed before the rename
     os.replace(f"{out}.partial", out)
     os.replace(f"{meta}.partial", meta)
     print(f"{_corpus_line(chunks)}, model {embedder.model_id} ({embedder.dim} dims)")
     print(f"chunk {chunk_s:.2f} s | {_embed_line(stats.to_dict())}"
           f"{'' if cache is None else ' cache ' + str(cache.path)}")
-    print(f"wrote {out} ({vectors.shape[0]} x {vectors.shape[1]} float32) and {meta}")
+    print(f"wrote {out} ({len(chunks)} x {embedder.dim} float32) and {meta}")
     return 0
 
 

@@ -122,48 +122,47 @@ class EmbeddingCache:
                     self.path, exc, aside)
         self._db = self._open()
 
-    def get(self, model: str, texts: Sequence[str], dim: int) -> tuple[np.ndarray, np.ndarray]:
-        """Look ``texts`` up.
+    def get(self, model: str, texts: Sequence[str], dim: int, out: np.ndarray | None = None
+            ) -> tuple[np.ndarray, np.ndarray]:
+        """Look ``texts`` up, a few hundred at a time (memory: the vectors' array and one batch).
 
         Returns
         -------
-        vectors : float32 (len(texts), dim); rows of misses are zero.
+        vectors : float32 (len(texts), dim): ``out`` when given (e.g. a memory-mapped file), else a
+            new array. Rows of misses are not written (zero in a new array).
         found : bool (len(texts),); True where the vector came from the cache.
         """
         keys = [text_key(t) for t in texts]
-        try:
-            rows = self._lookup(model, dim, keys)
-        except sqlite3.DatabaseError as exc:
-            self._quarantine(exc)
-            rows = {}
-        vectors = np.zeros((len(texts), dim), dtype=np.float32)
-        found = np.zeros(len(texts), dtype=bool)
+        vectors = np.zeros((len(keys), dim), dtype=np.float32) if out is None else out
+        found = np.zeros(len(keys), dtype=bool)
         bad = 0
-        for i, key in enumerate(keys):
-            row = rows.get(key)
-            if row is None:
-                continue
-            v = _verified(model, key, dim, *row)
-            if v is None:
-                bad += 1
-                continue
-            vectors[i] = v
-            found[i] = True
+        for start in range(0, len(keys), _LOOKUP_BATCH):
+            part = keys[start:start + _LOOKUP_BATCH]
+            try:
+                rows = self._lookup(model, dim, part)
+            except sqlite3.DatabaseError as exc:
+                self._quarantine(exc)  # a new, empty cache: everything from here on is a miss
+                break
+            for i, key in enumerate(part, start):
+                row = rows.get(key)
+                if row is None:
+                    continue
+                v = _verified(model, key, dim, *row)
+                if v is None:
+                    bad += 1
+                    continue
+                vectors[i] = v
+                found[i] = True
         if bad:
             log.warning("embedding cache %s: %d stored vector(s) failed their check; they are treated as "
                         "misses and will be re-embedded", self.path, bad)
         return vectors, found
 
     def _lookup(self, model: str, dim: int, keys: list[bytes]) -> dict[bytes, tuple[bytes, bytes | None]]:
-        rows: dict[bytes, tuple[bytes, bytes | None]] = {}
-        for i in range(0, len(keys), _LOOKUP_BATCH):
-            part = keys[i:i + _LOOKUP_BATCH]
-            marks = ",".join("?" * len(part))
-            for key, blob, checksum in self._db.execute(
-                    f"SELECT text_sha256, vector, checksum FROM embeddings WHERE model = ? AND dim = ? "
-                    f"AND text_sha256 IN ({marks})", (model, dim, *part)):
-                rows[key] = (blob, checksum)
-        return rows
+        marks = ",".join("?" * len(keys))
+        return {key: (blob, checksum) for key, blob, checksum in self._db.execute(
+            f"SELECT text_sha256, vector, checksum FROM embeddings WHERE model = ? AND dim = ? "
+            f"AND text_sha256 IN ({marks})", (model, dim, *keys))}
 
     def put(self, model: str, texts: Sequence[str], vectors: np.ndarray) -> None:
         """Store ``vectors`` (float32, (len(texts), dim)) in one transaction."""

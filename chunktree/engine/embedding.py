@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from chunktree.checks import positive_int
+from chunktree.checks import InvalidValueError, positive_int
 from chunktree.engine.cache import EmbeddingCache
 from chunktree.models.embedder import Embedder
 from chunktree.progress import progress as progress_counter
@@ -42,30 +42,38 @@ def embed_texts(
     progress: bool = False,
     commit_every: int = COMMIT_EVERY,
     ray: str | None = None,
+    out: np.ndarray | None = None,
 ) -> tuple[np.ndarray, EmbedStats]:
     """Embed ``texts`` with ``embedder``, reusing and filling ``cache`` when given.
 
     New vectors are committed to the cache every ``commit_every`` texts, so a run that is
     killed resumes where it stopped. ``progress`` shows a bar counting texts. ``ray``: embed
     the same batches on the Ray cluster at that address (``"local"``: one on this machine; see
-    ``engine.distributed``), committed as they come back.
+    ``engine.distributed``), committed as they come back. ``out``: a writable float32 array
+    (len(texts), embedder.dim) the vectors are written into as they come, e.g. a memory-mapped
+    ``.npy`` (``np.lib.format.open_memmap``), so that a large corpus is not held in memory.
 
     Returns
     -------
-    vectors : float32 (len(texts), embedder.dim), unit rows.
+    vectors : float32 (len(texts), embedder.dim), unit rows (``out`` when given).
     stats : counts and time.
     """
     positive_int(commit_every, "commit_every")
+    texts = list(texts)
+    if out is not None and (getattr(out, "shape", None) != (len(texts), embedder.dim) or out.dtype != np.float32
+                            or not out.flags.writeable):
+        raise InvalidValueError(f"out must be a writable float32 array of shape ({len(texts)}, {embedder.dim}); "
+                                f"got {getattr(out, 'dtype', type(out).__name__)} {getattr(out, 'shape', '')}")
     if ray is not None:  # joined before any work, even when the cache has every vector
         from chunktree.engine.distributed import connect
 
         connect(ray)
     t0 = time.perf_counter()
-    texts = list(texts)
     if cache is None:
-        vectors, found = np.zeros((len(texts), embedder.dim), np.float32), np.zeros(len(texts), bool)
+        vectors = np.zeros((len(texts), embedder.dim), np.float32) if out is None else out
+        found = np.zeros(len(texts), bool)
     else:
-        vectors, found = cache.get(embedder.model_id, texts, embedder.dim)
+        vectors, found = cache.get(embedder.model_id, texts, embedder.dim, out)
     missing = np.flatnonzero(~found).tolist()
     # Repeated texts are embedded once.
     unique: dict[str, list[int]] = {}

@@ -5,6 +5,8 @@ forest alone is not a tree. ``join_components`` adds, Borůvka-style, the best e
 component and the components whose centroids are nearest to it — the best edge of each such pair
 found by matrix products of the two member sets (exactly for small pairs; for large ones between
 each side's frontier facing the other and the whole other side) — until one tree spans every vertex.
+Beside those it offers spare edges (each searched row's best few into the other side), so that
+the final spanning forest may join two components by more than one edge, as the best tree does.
 """
 
 import numpy as np
@@ -91,9 +93,11 @@ def _cross_edge(x: np.ndarray, a: np.ndarray, b: np.ndarray, centre_a: np.ndarra
     return (i, j, s) if s >= s2 else (i2, j2, s2)
 
 
-def _pair_edges(x: np.ndarray, groups: list[np.ndarray], centres: np.ndarray, pairs: list[tuple[int, int]]
-                ) -> list[tuple[int, int, float]]:
-    """The best edge (i, j, similarity) of each pair of components, in the order of ``pairs``.
+def _pair_edges(x: np.ndarray, groups: list[np.ndarray], centres: np.ndarray, pairs: list[tuple[int, int]],
+                per_row: int = 0) -> tuple[list[tuple[int, int, float]], tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The best edge (i, j, similarity) of each pair of components, in the order of ``pairs``, and
+    the spare edges: for every row of a small pair's smaller side, its best ``per_row`` edges into
+    the larger side (src in the smaller side).
 
     Small pairs that share their larger component are searched together: the larger one's
     vectors are gathered once and multiplied with the stacked members of all its small partners
@@ -103,6 +107,7 @@ def _pair_edges(x: np.ndarray, groups: list[np.ndarray], centres: np.ndarray, pa
     """
     best: dict[tuple[int, int], tuple[int, int, float]] = {}
     by_larger: dict[int, list[int]] = {}
+    spare_src, spare_dst, spare_w = [], [], []
     for g, h in pairs:
         a, b = groups[g], groups[h]
         if a.size * b.size > EXACT_PAIRS:
@@ -120,28 +125,47 @@ def _pair_edges(x: np.ndarray, groups: list[np.ndarray], centres: np.ndarray, pa
         step = max(64, SCRATCH // members.size)  # the product's block stays within SCRATCH floats
         for start in range(0, rows.size, step):
             sims = x[rows[start:start + step]] @ xb.T
+            at = np.arange(sims.shape[0])
             col[start:start + step] = np.argmax(sims, axis=1)
-            val[start:start + step] = sims[np.arange(sims.shape[0]), col[start:start + step]]
+            val[start:start + step] = sims[at, col[start:start + step]]
+            top = col[start:start + step]
+            for rank in range(per_row):
+                if rank:
+                    sims[at, top] = -np.inf
+                    top = np.argmax(sims, axis=1)
+                spare_src.append(rows[start:start + step])
+                spare_dst.append(members[top])
+                spare_w.append(sims[at, top])
         for k, small in enumerate(smalls):
             mine = np.flatnonzero(owner == k)
             top = mine[np.argmax(val[mine])]  # the first of equal maxima, as _best_cross_edge takes
             i, j = int(rows[top]), int(members[col[top]])
             best[(min(big, small), max(big, small))] = (i, j, float(val[top])) if big > small else \
                 (j, i, float(val[top]))
-    return [best[pair] for pair in pairs]
+    spare = (np.concatenate(spare_src), np.concatenate(spare_dst), np.concatenate(spare_w)) if spare_src else \
+        (np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float32))
+    return [best[pair] for pair in pairs], spare
 
 
-def join_components(x: np.ndarray, labels: np.ndarray, candidates: int = 3
+def join_components(x: np.ndarray, labels: np.ndarray, candidates: int = 3, per_row: int = 0
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Edges (src, dst, weight) that join the components given by ``labels`` into one tree.
+    """Edges (src, dst, weight) that join the components given by ``labels`` into one tree, then
+    ``per_row`` spare edges for each row of the smaller side of every small pair searched.
 
     Each round, every component is paired with the ``candidates`` components whose mean vectors
     are most similar to its own; the best edge of each pair is found by ``_cross_edge`` (exact
     for small pairs, through the frontier facing the other component for large ones), and
     Kruskal over those edges merges components. Every component gains an edge each round, so the
     number of components at least halves per round.
+
+    The first edges returned (one fewer than the components) join the components into one tree.
+    The spare edges after them are each searched row's best ``per_row`` edges into the component
+    it was searched against: the best tree may join two components by more than one edge, and a
+    maximum spanning forest of the components' own edges and all of these is one spanning tree,
+    never lighter than the one the joining edges alone give.
     """
     src_all, dst_all, w_all = [], [], []
+    spare_all: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     labels = labels.copy()
     while True:
         comps, inverse = np.unique(labels, return_inverse=True)
@@ -163,7 +187,8 @@ def join_components(x: np.ndarray, labels: np.ndarray, candidates: int = 3
         near = np.argsort(-csim, axis=1, kind="stable")[:, :m]
         pairs = {(min(g, h), max(g, h)) for g in range(c) for h in near[g].tolist()}
         centres = centroids.astype(x.dtype)
-        edges = _pair_edges(x, groups, centres, sorted(pairs))
+        edges, spare = _pair_edges(x, groups, centres, sorted(pairs), per_row)
+        spare_all.append(spare)
         e_src = np.array([e[0] for e in edges], dtype=np.int64)
         e_dst = np.array([e[1] for e in edges], dtype=np.int64)
         e_w = np.array([e[2] for e in edges], dtype=np.float32)
@@ -176,7 +201,8 @@ def join_components(x: np.ndarray, labels: np.ndarray, candidates: int = 3
         labels = merged[inverse]
     if not src_all:
         return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float32)
-    return np.concatenate(src_all), np.concatenate(dst_all), np.concatenate(w_all)
+    return (np.concatenate(src_all + [s[0] for s in spare_all]), np.concatenate(dst_all + [s[1] for s in spare_all]),
+            np.concatenate(w_all + [s[2] for s in spare_all]))
 
 
 @njit("Tuple((int64[:], float32[:]))(int64[:], int64[:], float32[:], int64, int64)", cache=True)

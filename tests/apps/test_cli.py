@@ -51,6 +51,7 @@ def test_embed_writes_vectors_and_provenance(tmp_path, cli, corpus, embedder):
     vectors = np.load(out)
     rows = [json.loads(line) for line in out.with_suffix(".jsonl").read_text(encoding="utf-8").splitlines()]
     assert vectors.shape == (len(rows), 384) and len(rows) > 5
+    assert sorted(p.name for p in out.parent.iterdir()) == ["vecs.jsonl", "vecs.npy"]  # no .partial left
     sources = {row["source"] for row in rows}
     assert sources == {str(corpus / "ships.txt"), str(corpus / "whales.md")}
     for row in rows:

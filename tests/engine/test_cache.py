@@ -193,3 +193,54 @@ def test_a_killed_run_keeps_what_it_committed_and_resumes(tmp_path, embedder):
         assert 32 <= kept < n and kept % 16 == 0  # whole committed slices, nothing half-written
         _, found = cache.get(embedder.model_id, texts, embedder.dim)
         assert found.sum() == kept
+
+
+class _FailingEmbedder:
+    """Vectors from ``vector_of``; the call after ``good`` calls fails, like a run stopped midway."""
+
+    model_id, dim = "fake", 8
+
+    def __init__(self, good=None):
+        self.good, self.calls = good, 0
+
+    def embed(self, texts):
+        self.calls += 1
+        if self.good is not None and self.calls > self.good:
+            raise KeyboardInterrupt
+        return np.stack([vector_of(t) for t in texts])
+
+
+def test_vectors_go_into_the_output_file_as_they_come_and_a_stopped_run_resumes(tmp_path):
+    texts = [f"text {i:03d} " + "x" * (i % 7) for i in range(100)]
+    want = np.stack([vector_of(t) for t in texts])
+    partial = tmp_path / "v.npy.partial"
+    with EmbeddingCache(tmp_path / "c.sqlite") as cache:
+        out = np.lib.format.open_memmap(partial, mode="w+", dtype=np.float32, shape=(100, 8))
+        with pytest.raises(KeyboardInterrupt):
+            embed_texts(texts, _FailingEmbedder(good=3), cache, commit_every=10, out=out)
+        del out
+        on_disk = np.load(partial, mmap_mode="r")  # what the stopped run had written to the file
+        _, found = cache.get("fake", texts, 8)
+        assert found.sum() == 30  # three committed slices
+        np.testing.assert_array_equal(on_disk[found], want[found])
+        assert not on_disk[~found].any()
+
+        out = np.lib.format.open_memmap(partial, mode="w+", dtype=np.float32, shape=(100, 8))
+        vectors, stats = embed_texts(texts, _FailingEmbedder(), cache, commit_every=10, out=out)
+        assert vectors is out and (stats.cache_hits, stats.embedded) == (30, 70)
+        out.flush()
+        np.testing.assert_array_equal(np.load(partial), want)
+
+
+def _read_only():
+    a = np.zeros((4, 8), np.float32)
+    a.flags.writeable = False
+    return a
+
+
+@pytest.mark.parametrize("make", [lambda: np.zeros((5, 8), np.float32), lambda: np.zeros((4, 8)), _read_only,
+                                  lambda: [[0.0] * 8] * 4], ids=["shape", "dtype", "read-only", "list"])
+def test_a_wrong_output_array_is_refused_before_embedding(make):
+    embedder = _FailingEmbedder(good=0)  # any call to embed would fail with KeyboardInterrupt
+    with pytest.raises(ValueError, match=r"out must be a writable float32 array of shape \(4, 8\)"):
+        embed_texts(["a", "b", "c", "d"], embedder, None, out=make())

@@ -117,13 +117,13 @@ def test_small_components_joined_to_one_large_one_get_their_exact_best_edges(mon
     labels[small] = 1 + np.arange(240) // 6  # 40 components of 6 rows inside one of 1,260
     full = x @ x.T
 
-    def reference(x_, groups, centres, pairs):
+    def reference(x_, groups, centres, pairs, per_row):
         out = []
         for g, h in pairs:
             sub = full[np.ix_(groups[g], groups[h])]
             i, j = np.unravel_index(np.argmax(sub), sub.shape)
             out.append((int(groups[g][i]), int(groups[h][j]), float(sub[i, j])))
-        return out
+        return out, (np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float32))
 
     got = join_components(x, labels, candidates=3)
     monkeypatch.setattr(forest, "_pair_edges", reference)
@@ -132,3 +132,47 @@ def test_small_components_joined_to_one_large_one_get_their_exact_best_edges(mon
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_array_equal(got[1], want[1])
     np.testing.assert_allclose(got[2], want[2], atol=1e-6)
+
+
+def test_spare_edges_are_each_rows_best_edges_into_the_other_side_and_only_add_weight():
+    """per_row=2: each row of a small component also offers its best two edges into the large
+    component (checked against the full similarity matrix); a spanning forest over the
+    components' own trees and every returned edge is one tree, at least as heavy as the one the
+    joining edges alone make and no heavier than the exact maximum spanning tree."""
+    from chunktree.kernels.prim import prim_max_spanning_tree
+
+    x = blobs(1500, 16, 3, seed=11)
+    labels = np.zeros(1500, dtype=np.int64)
+    small = np.random.default_rng(3).choice(1500, 240, replace=False)
+    labels[small] = 1 + np.arange(240) // 6
+    full = x @ x.T
+    big = np.flatnonzero(labels == 0)
+    everything = join_components(x, labels, candidates=40, per_row=2)  # every pair searched in one round
+    src, dst, w = everything
+    np.testing.assert_allclose(w, np.sum(x[src] * x[dst], axis=1), atol=1e-5)
+    assert (labels[src] != labels[dst]).all()
+    spare_src, spare_dst = src[40:], dst[40:]  # after the 40 joining edges
+    for r in small.tolist():
+        offered = set(spare_dst[spare_src == r].tolist())
+        assert set(big[np.argsort(-full[r, big])[:2]].tolist()) <= offered
+
+    # Each component's own tree: the exact tree of its members.
+    own_src, own_dst, own_w = [], [], []
+    for c in np.unique(labels):
+        members = np.flatnonzero(labels == c)
+        parent, pw = prim_max_spanning_tree(np.ascontiguousarray(full[np.ix_(members, members)]), np.int64(0))
+        child = np.flatnonzero(parent >= 0)
+        own_src.append(members[child]), own_dst.append(members[parent[child]]), own_w.append(pw[child])
+    own = [np.concatenate(a) for a in (own_src, own_dst, own_w)]
+
+    def tree_weight(j):
+        s_, d_, w_ = (np.concatenate([a, b]) for a, b in zip(own, j))
+        taken, comps = max_spanning_forest(s_, d_, w_, 1500)
+        assert taken.size == 1499 and np.unique(comps).size == 1
+        return w_[taken].sum(dtype=np.float64)
+
+    plain = tree_weight(join_components(x, labels, candidates=3))
+    spared = tree_weight(join_components(x, labels, candidates=3, per_row=2))
+    assert spared <= tree_weight(everything) + 1e-4
+    exact = prim_max_spanning_tree(full, np.int64(0))[1].sum(dtype=np.float64)
+    assert plain < spared <= exact + 1e-4
