@@ -133,9 +133,10 @@ def _pair_edges(x: np.ndarray, groups: list[np.ndarray], centres: np.ndarray, pa
                 if rank:
                     sims[at, top] = -np.inf
                     top = np.argmax(sims, axis=1)
-                spare_src.append(rows[start:start + step])
-                spare_dst.append(members[top])
-                spare_w.append(sims[at, top])
+                found = np.isfinite(sims[at, top])  # not a masked column again (a larger side of one row)
+                spare_src.append(rows[start:start + step][found])
+                spare_dst.append(members[top][found])
+                spare_w.append(sims[at, top][found])
         for k, small in enumerate(smalls):
             mine = np.flatnonzero(owner == k)
             top = mine[np.argmax(val[mine])]  # the first of equal maxima, as _best_cross_edge takes

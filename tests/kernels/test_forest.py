@@ -70,11 +70,15 @@ def test_join_makes_one_tree_and_picks_best_cross_edges(candidates):
     assert np.unique(merged).size == 1 and parts.size == 3
 
 
-def test_join_many_singletons():
+@pytest.mark.parametrize("per_row", [0, 2])
+def test_join_many_singletons(per_row):
     x = blobs(64, 8, 4, seed=5)
-    src, dst, w = join_components(x, np.arange(64), candidates=2)
-    assert len(src) == 63
-    parent, _ = orient_tree(src, dst, w, 64, 0)
+    src, dst, w = join_components(x, np.arange(64), candidates=2, per_row=per_row)
+    # A row searched against a singleton has one edge to offer: its spares hold that edge, never a
+    # masked (-inf) second one.
+    assert len(src) >= 63 and (len(src) > 63) == (per_row > 0)
+    np.testing.assert_allclose(w, np.sum(x[src] * x[dst], axis=1), atol=1e-6)
+    parent, _ = orient_tree(src[:63], dst[:63], w[:63], 64, 0)
     assert (parent[1:] >= 0).all()
 
 
