@@ -57,26 +57,59 @@ def max_spanning_forest(src: np.ndarray, dst: np.ndarray, weight: np.ndarray, n:
     return kruskal(src.astype(np.int64), dst.astype(np.int64), order, n)
 
 
-def _best_cross_edge(x: np.ndarray, a: np.ndarray, b: np.ndarray, block: int = 2048) -> tuple[int, int, float]:
-    """The most similar pair (i in a, j in b) and its similarity, by blocked matrix products."""
-    best = (-1, -1, -np.inf)
-    xb = x[b]
-    for start in range(0, a.size, block):
-        part = a[start:start + block]
-        s = x[part] @ xb.T
-        flat = int(np.argmax(s))
-        i, j = divmod(flat, b.size)
-        if s[i, j] > best[2]:
-            best = (int(part[i]), int(b[j]), float(s[i, j]))
-    return best
-
-
 # A pair of components with more member pairs than this is joined through its frontier (below).
 EXACT_PAIRS = 1 << 22
 # Points of each side searched against the whole other side, for a large pair.
 FRONTIER = 256
-# Floats in one block of a batched search (64 MB).
+# Floats in one block of a product (64 MB), and rows of the other side gathered at a time (48 MB at
+# d = 384): the join never gathers a whole component, which on fuzzy data holds most of the rows.
 SCRATCH = 1 << 24
+COLUMN_BLOCK = 1 << 15
+
+
+def _best_edges_into(x: np.ndarray, rows: np.ndarray, cols: np.ndarray, per: int = 1
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """Each of ``rows``' best ``per`` edges into ``cols``, exactly, by blocked matrix products.
+
+    Returns ``(ids, sims)``, int64 and float32 (len(rows), per): column ids and similarities,
+    descending, equal similarities to the earlier column; where ``cols`` has fewer than ``per``
+    members the tail is -1 / -inf. Memory: ``COLUMN_BLOCK`` gathered columns and ``SCRATCH`` floats.
+    """
+    ids = np.full((rows.size, per), -1, dtype=np.int64)
+    sims = np.full((rows.size, per), -np.inf, dtype=np.float32)
+    for c0 in range(0, cols.size, COLUMN_BLOCK):
+        block_cols = cols[c0:c0 + COLUMN_BLOCK]
+        xc = x[block_cols]
+        step = max(64, SCRATCH // block_cols.size)
+        for r0 in range(0, rows.size, step):
+            s = x[rows[r0:r0 + step]] @ xc.T
+            at = np.arange(s.shape[0])
+            got_ids, got_sims = [], []
+            for _ in range(min(per, block_cols.size)):
+                top = np.argmax(s, axis=1)  # the first of equal maxima
+                got_ids.append(block_cols[top])
+                got_sims.append(s[at, top].copy())
+                s[at, top] = -np.inf
+            both_ids = np.concatenate([ids[r0:r0 + step], np.stack(got_ids, axis=1)], axis=1)
+            both_sims = np.concatenate([sims[r0:r0 + step], np.stack(got_sims, axis=1)], axis=1)
+            keep = np.argsort(-both_sims, axis=1, kind="stable")[:, :per]  # ties: earlier blocks first
+            ids[r0:r0 + step] = np.take_along_axis(both_ids, keep, axis=1)
+            sims[r0:r0 + step] = np.take_along_axis(both_sims, keep, axis=1)
+    return ids, sims
+
+
+def _best_cross_edge(x: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[int, int, float]:
+    """The most similar pair (i in a, j in b) and its similarity (the first of equal maxima, in
+    the order of a, then of b)."""
+    ids, sims = _best_edges_into(x, a, b)
+    i = int(np.argmax(sims[:, 0]))
+    return int(a[i]), int(ids[i, 0]), float(sims[i, 0])
+
+
+def _nearest(x: np.ndarray, members: np.ndarray, centre: np.ndarray, m: int) -> np.ndarray:
+    """The ``m`` members most similar to ``centre`` (ties to the earlier member), in blocks."""
+    scores = np.concatenate([x[members[i:i + COLUMN_BLOCK]] @ centre for i in range(0, members.size, COLUMN_BLOCK)])
+    return members[np.argsort(-scores, kind="stable")[:m]]
 
 
 def _cross_edge(x: np.ndarray, a: np.ndarray, b: np.ndarray, centre_a: np.ndarray, centre_b: np.ndarray
@@ -86,10 +119,8 @@ def _cross_edge(x: np.ndarray, a: np.ndarray, b: np.ndarray, centre_a: np.ndarra
     all of the other side (two products of FRONTIER x size instead of one of size x size)."""
     if a.size * b.size <= EXACT_PAIRS:
         return _best_cross_edge(x, a, b)
-    near_a = a[np.argsort(-(x[a] @ centre_b), kind="stable")[:FRONTIER]]
-    near_b = b[np.argsort(-(x[b] @ centre_a), kind="stable")[:FRONTIER]]
-    i, j, s = _best_cross_edge(x, near_a, b)
-    j2, i2, s2 = _best_cross_edge(x, near_b, a)
+    i, j, s = _best_cross_edge(x, _nearest(x, a, centre_b, FRONTIER), b)
+    j2, i2, s2 = _best_cross_edge(x, _nearest(x, b, centre_a, FRONTIER), a)
     return (i, j, s) if s >= s2 else (i2, j2, s2)
 
 
@@ -99,15 +130,15 @@ def _pair_edges(x: np.ndarray, groups: list[np.ndarray], centres: np.ndarray, pa
     the spare edges: for every row of a small pair's smaller side, its best ``per_row`` edges into
     the larger side (src in the smaller side).
 
-    Small pairs that share their larger component are searched together: the larger one's
-    vectors are gathered once and multiplied with the stacked members of all its small partners
+    Small pairs that share their larger component are searched together: the larger one is
+    gathered (in blocks) once and multiplied with the stacked members of all its small partners
     (exact, like ``_best_cross_edge``). On fuzzy data one component often holds most rows and
     pairs with hundreds of small ones: gathering it again for each pair took 10 of the 15 s of
     joining at n = 100,000 with 5,000 topics.
     """
     best: dict[tuple[int, int], tuple[int, int, float]] = {}
     by_larger: dict[int, list[int]] = {}
-    spare_src, spare_dst, spare_w = [], [], []
+    spare = [(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float32))]
     for g, h in pairs:
         a, b = groups[g], groups[h]
         if a.size * b.size > EXACT_PAIRS:
@@ -116,36 +147,20 @@ def _pair_edges(x: np.ndarray, groups: list[np.ndarray], centres: np.ndarray, pa
             big, small = (g, h) if a.size >= b.size else (h, g)
             by_larger.setdefault(big, []).append(small)
     for big, smalls in by_larger.items():
-        members = groups[big]
-        xb = x[members]
         rows = np.concatenate([groups[s] for s in smalls])
         owner = np.repeat(np.arange(len(smalls)), [groups[s].size for s in smalls])
-        col = np.empty(rows.size, dtype=np.int64)
-        val = np.empty(rows.size, dtype=np.float32)
-        step = max(64, SCRATCH // members.size)  # the product's block stays within SCRATCH floats
-        for start in range(0, rows.size, step):
-            sims = x[rows[start:start + step]] @ xb.T
-            at = np.arange(sims.shape[0])
-            col[start:start + step] = np.argmax(sims, axis=1)
-            val[start:start + step] = sims[at, col[start:start + step]]
-            top = col[start:start + step]
-            for rank in range(per_row):
-                if rank:
-                    sims[at, top] = -np.inf
-                    top = np.argmax(sims, axis=1)
-                found = np.isfinite(sims[at, top])  # not a masked column again (a larger side of one row)
-                spare_src.append(rows[start:start + step][found])
-                spare_dst.append(members[top][found])
-                spare_w.append(sims[at, top][found])
+        ids, sims = _best_edges_into(x, rows, groups[big], max(per_row, 1))
+        if per_row:
+            found = np.isfinite(sims[:, :per_row])  # a larger side of fewer rows offers fewer edges
+            spare.append((np.repeat(rows, per_row).reshape(-1, per_row)[found], ids[:, :per_row][found],
+                          sims[:, :per_row][found]))
         for k, small in enumerate(smalls):
             mine = np.flatnonzero(owner == k)
-            top = mine[np.argmax(val[mine])]  # the first of equal maxima, as _best_cross_edge takes
-            i, j = int(rows[top]), int(members[col[top]])
-            best[(min(big, small), max(big, small))] = (i, j, float(val[top])) if big > small else \
-                (j, i, float(val[top]))
-    spare = (np.concatenate(spare_src), np.concatenate(spare_dst), np.concatenate(spare_w)) if spare_src else \
-        (np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float32))
-    return [best[pair] for pair in pairs], spare
+            top = mine[np.argmax(sims[mine, 0])]  # the first of equal maxima, as _best_cross_edge takes
+            i, j, v = int(rows[top]), int(ids[top, 0]), float(sims[top, 0])
+            best[(min(big, small), max(big, small))] = (i, j, v) if big > small else (j, i, v)
+    spare_edges = tuple(np.concatenate([part[c] for part in spare]) for c in range(3))
+    return [best[pair] for pair in pairs], spare_edges
 
 
 def join_components(x: np.ndarray, labels: np.ndarray, candidates: int = 3, per_row: int = 0

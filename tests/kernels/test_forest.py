@@ -180,3 +180,23 @@ def test_spare_edges_are_each_rows_best_edges_into_the_other_side_and_only_add_w
     assert spared <= tree_weight(everything) + 1e-4
     exact = prim_max_spanning_tree(full, np.int64(0))[1].sum(dtype=np.float64)
     assert plain < spared <= exact + 1e-4
+
+
+@pytest.mark.parametrize("column_block, scratch", [(7, 64 * 7), (50, 1 << 24), (1 << 15, 1 << 24)])
+def test_best_edges_into_matches_the_full_product_over_any_blocking(monkeypatch, column_block, scratch):
+    """Each row's best 3 columns, merged over blocks of columns and rows, equal the top 3 of the
+    full similarity matrix; fewer columns than asked leave -1 / -inf."""
+    import chunktree.kernels.forest as forest
+
+    monkeypatch.setattr(forest, "COLUMN_BLOCK", column_block)
+    monkeypatch.setattr(forest, "SCRATCH", scratch)
+    x = blobs(400, 12, 5, seed=13)
+    rng = np.random.default_rng(2)
+    rows, cols = rng.choice(400, 150, replace=False), rng.choice(400, 230, replace=False)
+    ids, sims = forest._best_edges_into(x, rows, cols, 3)
+    full = x[rows] @ x[cols].T
+    want = np.argsort(-full, axis=1, kind="stable")[:, :3]
+    np.testing.assert_array_equal(ids, cols[want])
+    np.testing.assert_allclose(sims, np.take_along_axis(full, want, axis=1), atol=1e-6)
+    ids, sims = forest._best_edges_into(x, rows[:4], cols[:2], 3)
+    assert (ids[:, 2] == -1).all() and np.isneginf(sims[:, 2]).all() and (ids[:, :2] >= 0).all()
