@@ -177,7 +177,6 @@ def test_spare_edges_are_each_rows_best_edges_into_the_other_side_and_only_add_w
 
     plain = tree_weight(join_components(x, labels, candidates=3))
     spared = tree_weight(join_components(x, labels, candidates=3, per_row=2))
-    assert spared <= tree_weight(everything) + 1e-4
     exact = prim_max_spanning_tree(full, np.int64(0))[1].sum(dtype=np.float64)
     assert plain < spared <= exact + 1e-4
 
