@@ -3,15 +3,19 @@
 A top-K neighbour graph of real data falls apart into components (often one per topic), so the
 forest alone is not a tree. ``join_components`` adds, Borůvka-style, the best edge between each
 component and the components whose centroids are nearest to it — the best edge of each such pair
-found by matrix products of the two member sets (exactly for small pairs; for large ones between
-each side's frontier facing the other and the whole other side) — until one tree spans every vertex.
+found by int8 matrix products of the two member sets, rescored exactly (all of both sets for
+small pairs; for large ones each side's frontier facing the other against the whole other side)
+— until one tree spans every vertex.
 Beside those it offers spare edges (each searched row's best few into the other side), so that
 the final spanning forest may join two components by more than one edge, as the best tree does.
 """
 
 import numpy as np
 import scipy.sparse
-from numba import njit
+import numba
+from numba import njit, prange
+
+from chunktree.kernels import int8
 
 
 @njit(cache=True)
@@ -57,121 +61,179 @@ def max_spanning_forest(src: np.ndarray, dst: np.ndarray, weight: np.ndarray, n:
     return kruskal(src.astype(np.int64), dst.astype(np.int64), order, n)
 
 
-# A pair of components with more member pairs than this is joined through its frontier (below).
-EXACT_PAIRS = 1 << 22
-# Points of each side searched against the whole other side, for a large pair.
-FRONTIER = 256
-# Floats in one block of a product (64 MB), and rows of the other side gathered at a time (48 MB at
-# d = 384): the join never gathers a whole component, which on fuzzy data holds most of the rows.
+# A pair of components with more member pairs than this, both sides larger than FRONTIER, is joined
+# through its frontier: the FRONTIER points of each side nearest the other side's centre, searched
+# against the whole other side. With 128 and 1 << 16 (against 256 and 1 << 22 before) the tree
+# weighed the same at n = 50,000 and 100,000 with 100 topics, and joining took 0.69 s against
+# 1.90 s at 100,000 (one-off, order(synthetic_embeddings(n, topics=100, seed=n), method="sparse"));
+# a frontier of 64 lost 0.002 of the weight at 100,000.
+EXACT_PAIRS = 1 << 16
+FRONTIER = 128
+
+
+def _whole(a: int, b: int) -> bool:
+    """Whether a pair of components of sizes a and b is searched over all its member pairs."""
+    return a * b <= EXACT_PAIRS or min(a, b) <= FRONTIER
+# Entries in one block of a product (64 MB of int32), and rows of the other side gathered at a time
+# (48 MB at d = 384): the join never gathers a whole component, which on fuzzy data holds most rows.
 SCRATCH = 1 << 24
 COLUMN_BLOCK = 1 << 15
 
 
+# The search below runs in int8 where both sides are large: at least this many rows, columns and
+# pairs. One-off timings of float32 against int8 products for (rows, columns): (2,000, 16,000)
+# 0.18 against 0.20 s, (1,000, 32,768) 0.20 against 0.23 s, (1,000, 130,000) 0.76 against 0.57 s,
+# (2,000, 64,000) 1.00 against 0.56 s, (5,000, 130,000) 3.77 against 1.99 s; (20,000, 2,000)
+# 0.22 against 0.44 s: the exact rescoring of each row's candidates costs more than it saves.
+INT8_ROWS, INT8_COLUMNS, INT8_PAIRS = 1024, 16384, 1 << 26
+# Candidates per row that the int8 search keeps and rescores exactly (at least 4 per edge asked):
+# 8 missed one of 240 rows' best two (by 4e-4) on the near-ties of tests/kernels/test_forest.py.
+CANDIDATES = 16
+
+
+@njit(parallel=True, cache=True)
+def _keep_best(y, column_scale, first, pos, score):  # pragma: no cover - compiled
+    """Merge the products ``y`` (rows x block) into each row's best ``pos.shape[1]`` columns
+    (positions, from ``first``, and scores ``y * column_scale``), descending, equal scores to the
+    earlier column."""
+    m = pos.shape[1]
+    for i in prange(y.shape[0]):
+        row_pos, row_score = pos[i], score[i]
+        floor = row_score[m - 1]
+        for j in range(y.shape[1]):
+            v = y[i, j] * column_scale[j]
+            if v <= floor:
+                continue
+            p = m - 1
+            while p > 0 and v > row_score[p - 1]:
+                row_score[p], row_pos[p] = row_score[p - 1], row_pos[p - 1]
+                p -= 1
+            row_score[p], row_pos[p] = v, first + j
+            floor = row_score[m - 1]
+
+
+# Products below this many entries are merged on one thread: Numba's OpenMP threads spin after a
+# parallel region, and BLAS's after a product, so alternating the two on small blocks took 8.1 ms
+# a call of (87 rows x 27 columns) against 0.13 ms on one thread (one-off, 2 cores).
+PARALLEL_MERGE = 1 << 20
+
+
+def _merge(y: np.ndarray, column_scale: np.ndarray, first: int, pos: np.ndarray, score: np.ndarray) -> None:
+    """``_keep_best``, on one thread for a small ``y``."""
+    threads = numba.get_num_threads()
+    if y.size < PARALLEL_MERGE:
+        numba.set_num_threads(1)
+    try:
+        _keep_best(y, column_scale, first, pos, score)
+    finally:
+        numba.set_num_threads(threads)
+
+
 def _best_edges_into(x: np.ndarray, rows: np.ndarray, cols: np.ndarray, per: int = 1
                      ) -> tuple[np.ndarray, np.ndarray]:
-    """Each of ``rows``' best ``per`` edges into ``cols``, exactly, by blocked matrix products.
+    """Each of ``rows``' best ``per`` edges into ``cols``, by blocked matrix products.
 
-    Returns ``(ids, sims)``, int64 and float32 (len(rows), per): column ids and similarities,
-    descending, equal similarities to the earlier column; where ``cols`` has fewer than ``per``
-    members the tail is -1 / -inf. Memory: ``COLUMN_BLOCK`` gathered columns and ``SCRATCH`` floats.
+    Returns ``(ids, sims)``, int64 and float32 (len(rows), per): column ids and their
+    similarities, descending, equal similarities to the earlier column; where ``cols`` has fewer
+    than ``per`` members the tail is -1 / -inf.
+
+    Where both sides are large (``INT8_ROWS``, ``INT8_COLUMNS``, ``INT8_PAIRS``) the products are
+    int8 (``kernels.int8``) and keep ``max(CANDIDATES, 4 * per)`` candidates per row, whose exact
+    similarities then decide; an edge is missed only where a row's best ones rank below its
+    candidates in int8 (an int8 similarity is off by about 1e-3 at d = 384). At n = 100,000 with
+    5,000 topics, all 5,853 rows outside the largest component got their exact best two in it, in
+    1.8 s against 3.3 s in float32 (one-off). Memory: ``COLUMN_BLOCK`` gathered columns and
+    ``SCRATCH`` products.
     """
-    ids = np.full((rows.size, per), -1, dtype=np.int64)
-    sims = np.full((rows.size, per), -np.inf, dtype=np.float32)
+    quantised = rows.size >= INT8_ROWS and cols.size >= INT8_COLUMNS and rows.size * cols.size >= INT8_PAIRS
+    m = max(CANDIDATES, 4 * per) if quantised else per
+    pos = np.full((rows.size, m), -1, dtype=np.int64)
+    score = np.full((rows.size, m), -np.inf, dtype=np.float32)
+    left = int8.quantise_rows(x[rows])[0] if quantised else None
     for c0 in range(0, cols.size, COLUMN_BLOCK):
-        block_cols = cols[c0:c0 + COLUMN_BLOCK]
-        xc = x[block_cols]
-        step = max(64, SCRATCH // block_cols.size)
+        block = x[cols[c0:c0 + COLUMN_BLOCK]]
+        right, column_scale = int8.quantise_columns(block) if quantised else (block.T, np.ones(len(block), np.float32))
+        step = max(64, SCRATCH // len(block))
         for r0 in range(0, rows.size, step):
-            s = x[rows[r0:r0 + step]] @ xc.T
-            at = np.arange(s.shape[0])
-            got_ids, got_sims = [], []
-            for _ in range(min(per, block_cols.size)):
-                top = np.argmax(s, axis=1)  # the first of equal maxima
-                got_ids.append(block_cols[top])
-                got_sims.append(s[at, top].copy())
-                s[at, top] = -np.inf
-            both_ids = np.concatenate([ids[r0:r0 + step], np.stack(got_ids, axis=1)], axis=1)
-            both_sims = np.concatenate([sims[r0:r0 + step], np.stack(got_sims, axis=1)], axis=1)
-            keep = np.argsort(-both_sims, axis=1, kind="stable")[:, :per]  # ties: earlier blocks first
-            ids[r0:r0 + step] = np.take_along_axis(both_ids, keep, axis=1)
-            sims[r0:r0 + step] = np.take_along_axis(both_sims, keep, axis=1)
-    return ids, sims
+            y = int8.product(left[r0:r0 + step], right) if quantised else x[rows[r0:r0 + step]] @ right
+            _merge(y, column_scale, c0, pos[r0:r0 + step], score[r0:r0 + step])
+    found = pos >= 0
+    if quantised:  # the candidates' exact similarities
+        step = max(1, SCRATCH // (m * x.shape[1]))
+        for r0 in range(0, rows.size, step):
+            r1 = r0 + step
+            score[r0:r1] = np.einsum("id,imd->im", x[rows[r0:r1]], x[cols[np.where(found[r0:r1], pos[r0:r1], 0)]])
+        score[~found] = -np.inf
+        best = np.lexsort((pos, -score), axis=1)[:, :per]  # ties: the earlier column
+        pos, score, found = (np.take_along_axis(a, best, axis=1) for a in (pos, score, found))
+    return np.where(found, cols[np.where(found, pos, 0)], -1), score
 
 
-def _best_cross_edge(x: np.ndarray, a: np.ndarray, b: np.ndarray) -> tuple[int, int, float]:
-    """The most similar pair (i in a, j in b) and its similarity (the first of equal maxima, in
-    the order of a, then of b)."""
-    ids, sims = _best_edges_into(x, a, b)
-    i = int(np.argmax(sims[:, 0]))
-    return int(a[i]), int(ids[i, 0]), float(sims[i, 0])
-
-
-def _nearest(x: np.ndarray, members: np.ndarray, centre: np.ndarray, m: int) -> np.ndarray:
-    """The ``m`` members most similar to ``centre`` (ties to the earlier member), in blocks."""
-    scores = np.concatenate([x[members[i:i + COLUMN_BLOCK]] @ centre for i in range(0, members.size, COLUMN_BLOCK)])
-    return members[np.argsort(-scores, kind="stable")[:m]]
-
-
-def _cross_edge(x: np.ndarray, a: np.ndarray, b: np.ndarray, centre_a: np.ndarray, centre_b: np.ndarray
-                ) -> tuple[int, int, float]:
-    """The best edge between components ``a`` and ``b``: exact for a small pair; for a large one,
-    the best edge between the ``FRONTIER`` points of each side nearest the other side's centre and
-    all of the other side (two products of FRONTIER x size instead of one of size x size)."""
-    if a.size * b.size <= EXACT_PAIRS:
-        return _best_cross_edge(x, a, b)
-    i, j, s = _best_cross_edge(x, _nearest(x, a, centre_b, FRONTIER), b)
-    j2, i2, s2 = _best_cross_edge(x, _nearest(x, b, centre_a, FRONTIER), a)
-    return (i, j, s) if s >= s2 else (i2, j2, s2)
+def _frontiers(x: np.ndarray, members: np.ndarray, centres: np.ndarray, m: int) -> list[np.ndarray]:
+    """For each of ``centres`` (k, d), the ``m`` members most similar to it, ties to the earlier
+    member: the frontier of a large component facing each partner, from one pass in blocks."""
+    scores = np.concatenate([x[members[i:i + COLUMN_BLOCK]] @ centres.T for i in range(0, members.size, COLUMN_BLOCK)])
+    return [members[np.argsort(-scores[:, k], kind="stable")[:m]] for k in range(centres.shape[0])]
 
 
 def _pair_edges(x: np.ndarray, groups: list[np.ndarray], centres: np.ndarray, pairs: list[tuple[int, int]],
                 per_row: int = 0) -> tuple[list[tuple[int, int, float]], tuple[np.ndarray, np.ndarray, np.ndarray]]:
-    """The best edge (i, j, similarity) of each pair of components, in the order of ``pairs``, and
-    the spare edges: for every row of a small pair's smaller side, its best ``per_row`` edges into
-    the larger side (src in the smaller side).
+    """The best edge (i in the first component, j in the second, similarity) of each pair of
+    components, in the order of ``pairs``, and the spare edges: every searched row's best
+    ``per_row`` edges into the component it was searched against (src the searched row).
 
-    Small pairs that share their larger component are searched together: the larger one is
-    gathered (in blocks) once and multiplied with the stacked members of all its small partners
-    (exact, like ``_best_cross_edge``). On fuzzy data one component often holds most rows and
-    pairs with hundreds of small ones: gathering it again for each pair took 10 of the 15 s of
-    joining at n = 100,000 with 5,000 topics.
+    A pair is searched over all its member pairs (``_whole``) as the smaller side's rows against
+    the larger side; a large pair as each side's ``FRONTIER`` rows nearest the other side's
+    centre against the whole other side (two products of FRONTIER x size instead of one of
+    size x size). The rows searched against one component, from all its pairs, are searched in
+    one ``_best_edges_into``: the component is gathered (in blocks) once. On fuzzy data one
+    component often holds most rows and pairs with hundreds of small ones: gathering it again for
+    each pair took 10 of the 15 s of joining at n = 100,000 with 5,000 topics; on clear data
+    (100 topics) the 454 frontier searches of 227 pairs took 0.66 of the 0.91 s of joining, one by one.
     """
-    best: dict[tuple[int, int], tuple[int, int, float]] = {}
-    by_larger: dict[int, list[int]] = {}
-    spare = [(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float32))]
-    for g, h in pairs:
-        a, b = groups[g], groups[h]
-        if a.size * b.size > EXACT_PAIRS:
-            best[(g, h)] = _cross_edge(x, a, b, centres[g], centres[h])
+    # Searches by the component searched against: (rows, pair, whether the rows are in its first component).
+    searches: dict[int, list[tuple[np.ndarray, int, bool]]] = {}
+    facing: dict[int, list[tuple[int, int]]] = {}  # each side of a large pair: component -> (partner, pair)
+    for p, (g, h) in enumerate(pairs):
+        if _whole(groups[g].size, groups[h].size):
+            big, small = (g, h) if groups[g].size >= groups[h].size else (h, g)
+            searches.setdefault(big, []).append((groups[small], p, small == g))
         else:
-            big, small = (g, h) if a.size >= b.size else (h, g)
-            by_larger.setdefault(big, []).append(small)
-    for big, smalls in by_larger.items():
-        rows = np.concatenate([groups[s] for s in smalls])
-        owner = np.repeat(np.arange(len(smalls)), [groups[s].size for s in smalls])
-        ids, sims = _best_edges_into(x, rows, groups[big], max(per_row, 1))
+            facing.setdefault(g, []).append((h, p))
+            facing.setdefault(h, []).append((g, p))
+    for g, partners in facing.items():
+        fronts = _frontiers(x, groups[g], centres[[h for h, _ in partners]], FRONTIER)
+        for (h, p), rows in zip(partners, fronts):
+            searches.setdefault(h, []).append((rows, p, g == pairs[p][0]))
+    best: dict[int, tuple[int, int, float]] = {}
+    spare = [(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float32))]
+    for target, jobs in searches.items():
+        rows = np.concatenate([r for r, _, _ in jobs])
+        ids, sims = _best_edges_into(x, rows, groups[target], max(per_row, 1))
         if per_row:
-            found = np.isfinite(sims[:, :per_row])  # a larger side of fewer rows offers fewer edges
+            found = np.isfinite(sims[:, :per_row])  # a side of fewer rows offers fewer edges
             spare.append((np.repeat(rows, per_row).reshape(-1, per_row)[found], ids[:, :per_row][found],
                           sims[:, :per_row][found]))
-        for k, small in enumerate(smalls):
-            mine = np.flatnonzero(owner == k)
-            top = mine[np.argmax(sims[mine, 0])]  # the first of equal maxima, as _best_cross_edge takes
+        start = 0
+        for r, p, first in jobs:
+            top = start + int(np.argmax(sims[start:start + r.size, 0]))  # the first of equal maxima
             i, j, v = int(rows[top]), int(ids[top, 0]), float(sims[top, 0])
-            best[(min(big, small), max(big, small))] = (i, j, v) if big > small else (j, i, v)
+            if p not in best or v > best[p][2]:
+                best[p] = (i, j, v) if first else (j, i, v)
+            start += r.size
     spare_edges = tuple(np.concatenate([part[c] for part in spare]) for c in range(3))
-    return [best[pair] for pair in pairs], spare_edges
+    return [best[p] for p in range(len(pairs))], spare_edges
 
 
 def join_components(x: np.ndarray, labels: np.ndarray, candidates: int = 3, per_row: int = 0
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Edges (src, dst, weight) that join the components given by ``labels`` into one tree, then
-    ``per_row`` spare edges for each row of the smaller side of every small pair searched.
+    ``per_row`` spare edges for each row searched.
 
     Each round, every component is paired with the ``candidates`` components whose mean vectors
-    are most similar to its own; the best edge of each pair is found by ``_cross_edge`` (exact
-    for small pairs, through the frontier facing the other component for large ones), and
-    Kruskal over those edges merges components. Every component gains an edge each round, so the
+    are most similar to its own; the best edge of each pair is found by ``_pair_edges`` (over
+    all member pairs for small pairs, through the frontier facing the other component for large
+    ones), and Kruskal over those edges merges components. Every component gains an edge each round, so the
     number of components at least halves per round.
 
     The first edges returned (one fewer than the components) join the components into one tree.

@@ -181,14 +181,21 @@ def test_spare_edges_are_each_rows_best_edges_into_the_other_side_and_only_add_w
     assert plain < spared <= exact + 1e-4
 
 
+@pytest.mark.parametrize("quantised", [False, True])
 @pytest.mark.parametrize("column_block, scratch", [(7, 64 * 7), (50, 1 << 24), (1 << 15, 1 << 24)])
-def test_best_edges_into_matches_the_full_product_over_any_blocking(monkeypatch, column_block, scratch):
+def test_best_edges_into_matches_the_full_product_over_any_blocking(monkeypatch, column_block, scratch, quantised):
     """Each row's best 3 columns, merged over blocks of columns and rows, equal the top 3 of the
-    full similarity matrix; fewer columns than asked leave -1 / -inf."""
+    full similarity matrix, in float32 and through int8 candidates rescored; fewer columns than
+    asked leave -1 / -inf."""
     import chunktree.kernels.forest as forest
 
     monkeypatch.setattr(forest, "COLUMN_BLOCK", column_block)
     monkeypatch.setattr(forest, "SCRATCH", scratch)
+    for name in ("INT8_ROWS", "INT8_COLUMNS", "INT8_PAIRS"):
+        monkeypatch.setattr(forest, name, 0 if quantised else 1 << 62)
+    products = []
+    int8_product = forest.int8.product
+    monkeypatch.setattr(forest.int8, "product", lambda a, b: products.append(1) or int8_product(a, b))
     x = blobs(400, 12, 5, seed=13)
     rng = np.random.default_rng(2)
     rows, cols = rng.choice(400, 150, replace=False), rng.choice(400, 230, replace=False)
@@ -197,5 +204,6 @@ def test_best_edges_into_matches_the_full_product_over_any_blocking(monkeypatch,
     want = np.argsort(-full, axis=1, kind="stable")[:, :3]
     np.testing.assert_array_equal(ids, cols[want])
     np.testing.assert_allclose(sims, np.take_along_axis(full, want, axis=1), atol=1e-6)
+    assert bool(products) == quantised
     ids, sims = forest._best_edges_into(x, rows[:4], cols[:2], 3)
     assert (ids[:, 2] == -1).all() and np.isneginf(sims[:, 2]).all() and (ids[:, :2] >= 0).all()
