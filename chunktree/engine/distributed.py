@@ -123,7 +123,7 @@ def _probe_task(x: np.ndarray, centers: np.ndarray, start: int, stop: int, probe
 
 def _search_task(x: np.ndarray, start: int, probed: np.ndarray, clusters: ClusterIndex, k: int,
                  block: int) -> tuple[np.ndarray, np.ndarray]:
-    return search_rows(x, np.arange(start, start + probed.shape[0]), probed, clusters, k, block)
+    return search_rows(x, np.arange(start, start + probed.shape[0]), probed, clusters, k, block, threads=1)
 
 
 def topk_clustered(x: np.ndarray, k: int, centers: np.ndarray, probes: int, address: str,

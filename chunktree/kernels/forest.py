@@ -74,6 +74,8 @@ FRONTIER = 128
 def _whole(a: int, b: int) -> bool:
     """Whether a pair of components of sizes a and b is searched over all its member pairs."""
     return a * b <= EXACT_PAIRS or min(a, b) <= FRONTIER
+
+
 # Entries in one block of a product (64 MB of int32), and rows of the other side gathered at a time
 # (48 MB at d = 384): the join never gathers a whole component, which on fuzzy data holds most rows.
 SCRATCH = 1 << 24

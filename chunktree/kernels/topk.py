@@ -6,10 +6,13 @@ are nearest to it (an inverted-file search done as one matrix product per cluste
 rows), so its cost is O(n * probes * n / n_clusters * d). Both exclude a row from its own list.
 """
 
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+import numba
 import numpy as np
 from numba import njit, prange
+from threadpoolctl import threadpool_limits
 
 DEFAULT_BLOCK = 1024
 # Rows searched together by ``search_rows``: one task of the Ray path. The partition is fixed, so
@@ -108,29 +111,71 @@ class ClusterIndex:
 
 
 def search_rows(x: np.ndarray, rows: np.ndarray, probed: np.ndarray, clusters: ClusterIndex, k: int,
-                block: int = DEFAULT_BLOCK) -> tuple[np.ndarray, np.ndarray]:
+                block: int = DEFAULT_BLOCK, threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Top-``k`` lists of the rows ``rows`` (int64 ids) of ``x``, each searching the clusters in
-    its row of ``probed``; see ``topk_clustered``."""
+    its row of ``probed``; see ``topk_clustered``.
+
+    The clusters are shared out among ``threads`` Python threads (default Numba's, the cores),
+    in parts of equal work, each thread with one BLAS thread and lists of its own, merged at the
+    end: the products and the merge release the GIL, so every core multiplies and merges, where a
+    parallel merge would fight BLAS's spinning threads (see ``_keep_best``). The products are
+    the same as on one thread, and a list is the best ``k`` of the candidates by a total order
+    (similarity, then id), so the lists do not depend on ``threads``. At n = 200,000 (100 topics,
+    632 clusters, 16 probes) the search took 8.65 and 9.51 s in two threads (each over half the
+    rows) against 12.71 and 16.09 s with the merge on one (one-off).
+    """
     m, probes = probed.shape
     pairs_cluster = probed.ravel()
     by_probe = np.argsort(pairs_cluster, kind="stable")
     askers = (by_probe // probes).astype(np.int64)  # local row of each (row, probe) pair, grouped by cluster
     asker_bounds = np.searchsorted(pairs_cluster[by_probe], np.arange(clusters.bounds.size))
-    ids = np.full((m, k), -1, dtype=np.int64)
-    sims = np.full((m, k), -np.inf, dtype=np.float32)
-    for cl in np.flatnonzero(np.diff(asker_bounds)):
-        cand = clusters.members[clusters.bounds[cl]:clusters.bounds[cl + 1]]
-        if cand.size == 0:
-            continue
-        xc = x[cand]
-        local_all = askers[asker_bounds[cl]:asker_bounds[cl + 1]]
-        for at in range(0, local_all.size, block):
-            local = local_all[at:at + block]
-            _keep_best(x[rows[local]] @ xc.T, local, rows, cand, ids, sims)
+    asked = np.flatnonzero(np.diff(asker_bounds) * np.diff(clusters.bounds))
+    threads = max(1, min(numba.get_num_threads() if threads is None else threads, asked.size))
+
+    def search(part: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        ids = np.full((m, k), -1, dtype=np.int64)
+        sims = np.full((m, k), -np.inf, dtype=np.float32)
+        for cl in part:
+            cand = clusters.members[clusters.bounds[cl]:clusters.bounds[cl + 1]]
+            xc = x[cand]
+            local_all = askers[asker_bounds[cl]:asker_bounds[cl + 1]]
+            for at in range(0, local_all.size, block):
+                local = local_all[at:at + block]
+                _keep_best(x[rows[local]] @ xc.T, local, rows, cand, ids, sims)
+        return ids, sims
+
+    if threads == 1:
+        return search(asked)
+    work = np.cumsum(np.diff(asker_bounds)[asked] * np.diff(clusters.bounds)[asked].astype(np.float64))
+    parts = np.split(asked, np.searchsorted(work, work[-1] * np.arange(1, threads) / threads))
+    with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(threads) as pool:
+        found = list(pool.map(search, parts))
+    ids, sims = found[0]
+    for more_ids, more_sims in found[1:]:
+        _merge_lists(ids, sims, more_ids, more_sims)
     return ids, sims
 
 
-@njit(cache=True)
+@njit(parallel=True, cache=True)
+def _merge_lists(ids, sims, more_ids, more_sims):  # pragma: no cover - compiled
+    """Each row of (ids, sims) becomes the best k of its own and ``more``'s entries, by
+    similarity, then the lower id (-1 / -inf tails last)."""
+    k = ids.shape[1]
+    for r in prange(ids.shape[0]):
+        a_ids, a_sims = ids[r].copy(), sims[r].copy()
+        i = j = 0
+        for out in range(k):
+            take_a = j >= k or (i < k and (a_sims[i] > more_sims[r, j] or (
+                a_sims[i] == more_sims[r, j] and (more_ids[r, j] < 0 or 0 <= a_ids[i] < more_ids[r, j]))))
+            if take_a:
+                ids[r, out], sims[r, out] = a_ids[i], a_sims[i]
+                i += 1
+            else:
+                ids[r, out], sims[r, out] = more_ids[r, j], more_sims[r, j]
+                j += 1
+
+
+@njit(cache=True, nogil=True)
 def _keep_best(s, local, rows, cand, ids, sims):  # pragma: no cover - compiled
     """Merge similarities ``s`` (local x cand) into the sorted best lists (ids, sims) of the rows
     ``local`` (``rows[local]`` are their ids): descending similarity, ties to the lower id; a row
@@ -138,6 +183,7 @@ def _keep_best(s, local, rows, cand, ids, sims):  # pragma: no cover - compiled
 
     Serial on purpose: between two products OpenBLAS's threads spin, and a parallel kernel
     fighting them ran 4x slower (1,000 x 224 blocks: 8.2 ms per product and merge against 1.9).
+    ``search_rows`` runs it in several threads instead, each on lists of its own.
     """
     k = ids.shape[1]
     for i in range(local.size):

@@ -77,6 +77,47 @@ def test_clustered_pads_when_too_few_candidates():
     assert (np.sort(ids[:, :29], axis=1) == np.array([[j for j in range(30) if j != i] for i in range(30)])).all()
 
 
+@pytest.mark.parametrize("threads", [2, 3, 7])
+def test_clustered_lists_do_not_depend_on_the_threads(threads):
+    """The clusters shared out among threads, each with lists of its own, merged: bit for bit the
+    lists of one thread, even with ties (duplicated rows)."""
+    from chunktree.kernels.topk import ClusterIndex, probe_lists, search_rows
+
+    x = unit(2000, 16, seed=8, topics=50)
+    x[1000:1100] = x[:100]  # exact ties
+    centers = x[::50]
+    probed = probe_lists(x, centers, 6)
+    clusters = ClusterIndex.build(probed[:, 0], centers.shape[0])
+    rows = np.arange(2000)
+    one = search_rows(x, rows, probed, clusters, 12, block=128, threads=1)
+    many = search_rows(x, rows, probed, clusters, 12, block=128, threads=threads)
+    np.testing.assert_array_equal(many[0], one[0])
+    np.testing.assert_array_equal(many[1], one[1])
+
+
+def test_merged_lists_are_the_best_k_of_both_by_similarity_then_id():
+    from chunktree.kernels.topk import _merge_lists
+
+    rng = np.random.default_rng(4)
+    k, m = 6, 200
+    pool_sims = rng.integers(0, 5, (m, 2 * k)).astype(np.float32) / 4  # many ties
+    pool_ids = np.stack([rng.permutation(50)[:2 * k] for _ in range(m)])
+    pool_ids[:20, 3:] = -1  # short lists end in -1 / -inf
+    pool_sims[:20, 3:] = -np.inf
+
+    def sorted_best(ids, sims):
+        order = np.lexsort((np.where(ids < 0, 1 << 40, ids), -sims), axis=1)[:, :k]
+        return np.take_along_axis(ids, order, 1), np.take_along_axis(sims, order, 1)
+
+    a_ids, a_sims = sorted_best(pool_ids[:, :k], pool_sims[:, :k])
+    b_ids, b_sims = sorted_best(pool_ids[:, k:], pool_sims[:, k:])
+    want_ids, want_sims = sorted_best(pool_ids, pool_sims)
+    _merge_lists(a_ids, a_sims, b_ids, b_sims)
+    np.testing.assert_array_equal(a_sims, want_sims)
+    real = np.isfinite(want_sims)
+    np.testing.assert_array_equal(a_ids[real], want_ids[real])
+
+
 def fuzzy(n=3000, d=24, topics=600, seed=5):
     return unit(n, d, seed=seed, topics=topics)
 
