@@ -336,9 +336,10 @@ def _sparse_tree(x: np.ndarray, root: int, k: int | None, n_clusters: int | None
     found: dict[str, Any] = {}
     if k > 0:
         ids, sims = sparse_neighbours(x, k, n_clusters, probes, seed, timings, ray, found)
-        valid = ids.ravel() >= 0
-        src = np.repeat(np.arange(n, dtype=np.int64), k)[valid]
-        dst, w = ids.ravel()[valid], sims.ravel()[valid]
+        src, dst, w = np.repeat(np.arange(n, dtype=np.int64), k), ids.ravel(), sims.ravel()
+        valid = dst >= 0
+        if not valid.all():  # views, not copies, when every list is full
+            src, dst, w = src[valid], dst[valid], w[valid]
     t0 = time.perf_counter()
     taken, labels = max_spanning_forest(src, dst, w, n)
     components = int(np.unique(labels).size)
