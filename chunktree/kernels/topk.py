@@ -255,8 +255,8 @@ def fresh_entries(graph, previous):  # pragma: no cover - compiled
     return fresh
 
 
-@njit(parallel=True, fastmath=True, cache=True)
-def refine_with_neighbours_of_neighbours(x, ids, sims, graph, fresh):  # pragma: no cover - compiled
+def refine_with_neighbours_of_neighbours(x: np.ndarray, ids: np.ndarray, sims: np.ndarray, graph: np.ndarray,
+                                         fresh: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
     """One pass of neighbour-of-neighbour refinement (NN-descent's step): every row compares
     itself with the rows of ``graph`` (its list and reverse neighbours, ``with_reverse``) of the
     rows in its own ``graph`` row, and keeps the best ``k`` it has seen.
@@ -270,41 +270,51 @@ def refine_with_neighbours_of_neighbours(x, ids, sims, graph, fresh):  # pragma:
     ties to the lower id) and the number of entries that changed. Each row reads the inputs and
     writes only its own output row, so the rows run in parallel (no BLAS runs beside this kernel).
     """
+    return _refine_pass(x, ids, sims, graph, fresh, 2 * numba.get_num_threads())
+
+
+@njit(parallel=True, fastmath=True, cache=True)
+def _refine_pass(x, ids, sims, graph, fresh, chunks):  # pragma: no cover - compiled
+    """``refine_with_neighbours_of_neighbours`` over ``chunks`` chunks of rows in parallel."""
     n, k = ids.shape
     d, m = x.shape[1], graph.shape[1]
     out_ids = ids.copy()
     out_sims = sims.copy()
     changed = np.zeros(n, dtype=np.int64)
-    for i in prange(n):
-        row_ids, row_sims = out_ids[i], out_sims[i]
-        for a in range(m):
-            j = graph[i, a]
-            if j < 0:
-                continue
-            for b in range(m):
-                c = graph[j, b]
-                if c < 0 or c == i or not (fresh[i, a] or fresh[j, b]):
+    # Each chunk of rows marks the candidates it has scored for its current row (or holds in its
+    # list): a row reaches the same candidate through several neighbours, and scoring it again
+    # cannot change the list, which only rises. At n = 100,000 with 5,000 topics the refinement
+    # took 5.75 and 6.10 s against 7.0-7.5 s without the marks (one-off), with the same tree.
+    for chunk in prange(chunks):
+        mark = np.full(n, -1, dtype=np.int64)
+        for i in range(chunk * n // chunks, (chunk + 1) * n // chunks):
+            row_ids, row_sims = out_ids[i], out_sims[i]
+            mark[i] = i
+            for t in range(k):
+                if row_ids[t] >= 0:
+                    mark[row_ids[t]] = i
+            for a in range(m):
+                j = graph[i, a]
+                if j < 0:
                     continue
-                seen = False
-                for t in range(k):
-                    if row_ids[t] == c:
-                        seen = True
-                        break
-                if seen:
-                    continue
-                v = np.float32(0.0)
-                for e in range(d):
-                    v += x[i, e] * x[c, e]
-                # The insertion of _keep_best, written out again on purpose: as a shared Numba
-                # helper (inlined or not) the top-K search ran 2-3x slower (100k: 13.5 s vs 6.0 s).
-                if v < row_sims[k - 1] or (v == row_sims[k - 1] and c > row_ids[k - 1]):
-                    continue
-                pos = k - 1
-                while pos > 0 and (v > row_sims[pos - 1] or (v == row_sims[pos - 1] and c < row_ids[pos - 1])):
-                    row_sims[pos] = row_sims[pos - 1]
-                    row_ids[pos] = row_ids[pos - 1]
-                    pos -= 1
-                row_sims[pos] = v
-                row_ids[pos] = c
-                changed[i] += 1
+                for b in range(m):
+                    c = graph[j, b]
+                    if c < 0 or mark[c] == i or not (fresh[i, a] or fresh[j, b]):
+                        continue
+                    mark[c] = i
+                    v = np.float32(0.0)
+                    for e in range(d):
+                        v += x[i, e] * x[c, e]
+                    # The insertion of _keep_best, written out again on purpose: as a shared Numba
+                    # helper (inlined or not) the top-K search ran 2-3x slower (100k: 13.5 s vs 6.0 s).
+                    if v < row_sims[k - 1] or (v == row_sims[k - 1] and c > row_ids[k - 1]):
+                        continue
+                    pos = k - 1
+                    while pos > 0 and (v > row_sims[pos - 1] or (v == row_sims[pos - 1] and c < row_ids[pos - 1])):
+                        row_sims[pos] = row_sims[pos - 1]
+                        row_ids[pos] = row_ids[pos - 1]
+                        pos -= 1
+                    row_sims[pos] = v
+                    row_ids[pos] = c
+                    changed[i] += 1
     return out_ids, out_sims, changed.sum()

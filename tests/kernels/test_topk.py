@@ -177,3 +177,27 @@ def test_a_pass_that_skips_pairs_scored_before_gives_the_same_lists():
     np.testing.assert_array_equal(skipped[0], full[0])
     np.testing.assert_array_equal(skipped[1], full[1])
     assert skipped[2] == full[2] > 0
+
+
+def test_a_pass_keeps_the_best_k_of_each_rows_list_and_its_neighbours_graph_rows():
+    """Against a reference pass in float64 sets: the new list of row i is the best k of its own
+    list and every row of graph[graph[i]] (i itself left out)."""
+    from chunktree.kernels.topk import refine_with_neighbours_of_neighbours, with_reverse
+
+    x = fuzzy(n=600)
+    rng = np.random.default_rng(1)
+    ids, sims = topk_clustered(x, 8, x[rng.choice(600, 30, replace=False)], probes=1)
+    graph = with_reverse(ids, 4)
+    new_ids, new_sims, _ = refine_with_neighbours_of_neighbours(x, ids, sims, graph, np.ones(graph.shape, bool))
+    x64 = x.astype(np.float64)
+    for i in range(600):
+        reach = {c for j in graph[i] if j >= 0 for c in graph[j] if c >= 0} | {c for c in ids[i] if c >= 0}
+        reach.discard(i)
+        cand = np.array(sorted(reach))
+        s = x64[cand] @ x64[i]
+        best = np.sort(s)[::-1]
+        np.testing.assert_allclose(new_sims[i], np.pad(best[:8], (0, max(0, 8 - best.size)), constant_values=-np.inf),
+                                   atol=1e-5)
+        if (-np.diff(best[:9]) > 1e-5).all():  # no near-ties: the ids are determined
+            want = cand[np.lexsort((cand, -s))[:8]]
+            np.testing.assert_array_equal(new_ids[i][:want.size], want)
