@@ -15,6 +15,9 @@ import uvicorn
 from chunktree import order, select
 from chunktree.apps.serve import Limits, create_app
 
+# Its module-scoped fixture is built once: every test of the file runs on one xdist worker.
+pytestmark = pytest.mark.xdist_group("test_serve")
+
 SENTENCES = ["The whale surfaced near the ship.", "Ahab paced the quarter-deck all night.",
              "Oil casks filled the hold.", "The white whale was seen again at dawn."]
 
