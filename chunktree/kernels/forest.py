@@ -3,9 +3,9 @@
 A top-K neighbour graph of real data falls apart into components (often one per topic), so the
 forest alone is not a tree. ``join_components`` adds, Borůvka-style, the best edge between each
 component and the components whose centroids are nearest to it — the best edge of each such pair
-found by int8 matrix products of the two member sets, rescored exactly (all of both sets for
-small pairs; for large ones each side's frontier facing the other against the whole other side)
-— until one tree spans every vertex.
+found by matrix products of the two member sets (all of both sets for small pairs; for large
+ones each side's frontier facing the other against the whole other side; in int8, rescored
+exactly, where both sides are large) — until one tree spans every vertex.
 Beside those it offers spare edges (each searched row's best few into the other side), so that
 the final spanning forest may join two components by more than one edge, as the best tree does.
 """
@@ -236,8 +236,8 @@ def join_components(x: np.ndarray, labels: np.ndarray, candidates: int = 3, per_
     Each round, every component is paired with the ``candidates`` components whose mean vectors
     are most similar to its own; the best edge of each pair is found by ``_pair_edges`` (over
     all member pairs for small pairs, through the frontier facing the other component for large
-    ones), and Kruskal over those edges merges components. Every component gains an edge each round, so the
-    number of components at least halves per round.
+    ones), and Kruskal over those edges merges components. Every component gains an edge each
+    round, so the number of components at least halves per round.
 
     The first edges returned (one fewer than the components) join the components into one tree.
     The spare edges after them are each searched row's best ``per_row`` edges into the component

@@ -39,6 +39,8 @@ def _session():
 
 @njit(parallel=True, cache=True)
 def _quantise(v, out, scale, offset, transpose):  # pragma: no cover - compiled
+    """Row i of ``v`` as round(v / s) + ``offset`` into row i of ``out`` (column i when
+    ``transpose``), s = max|v_i| / 127 (1 for a zero row) into ``scale[i]``."""
     for i in prange(v.shape[0]):
         top = np.float32(0.0)
         for j in range(v.shape[1]):
