@@ -24,16 +24,23 @@ from chunktree.kernels import forest
 N = int(os.environ.get("CHUNKTREE_BENCH_JOIN_N", 300_000))
 
 
-def test_join(results, monkeypatch):
-    x = synthetic_embeddings(N, seed=0)
+def _forest(x):
+    """The component labels of the top-K forest of ``x``, and the seconds of the top-K search and
+    of the forest."""
+    n = x.shape[0]
     t0 = time.perf_counter()
-    ids, sims = sparse_neighbours(x, DEFAULT_K, round(2 * np.sqrt(N)), DEFAULT_PROBES, 0)
+    ids, sims = sparse_neighbours(x, DEFAULT_K, round(2 * np.sqrt(n)), DEFAULT_PROBES, 0)
     t_knn = time.perf_counter() - t0
     valid = ids.ravel() >= 0
-    src = np.repeat(np.arange(N, dtype=np.int64), DEFAULT_K)[valid]
+    src = np.repeat(np.arange(n, dtype=np.int64), DEFAULT_K)[valid]
     t0 = time.perf_counter()
-    _, labels = forest.max_spanning_forest(src, ids.ravel()[valid], sims.ravel()[valid], N)
-    t_forest = time.perf_counter() - t0
+    _, labels = forest.max_spanning_forest(src, ids.ravel()[valid], sims.ravel()[valid], n)
+    return labels, t_knn, time.perf_counter() - t0
+
+
+def test_join(results, monkeypatch):
+    x = synthetic_embeddings(N, seed=0)
+    labels, t_knn, t_forest = _forest(x)
     t0 = time.perf_counter()
     joined = forest.join_components(x, labels)
     t_join = time.perf_counter() - t0
@@ -49,14 +56,7 @@ def test_join(results, monkeypatch):
 def test_join_fuzzy(results, monkeypatch):
     n = N // 3
     x = synthetic_embeddings(n, topics=n // 20, seed=n)
-    t0 = time.perf_counter()
-    ids, sims = sparse_neighbours(x, DEFAULT_K, round(2 * np.sqrt(n)), DEFAULT_PROBES, 0)
-    t_knn = time.perf_counter() - t0
-    valid = ids.ravel() >= 0
-    src = np.repeat(np.arange(n, dtype=np.int64), DEFAULT_K)[valid]
-    t0 = time.perf_counter()
-    _, labels = forest.max_spanning_forest(src, ids.ravel()[valid], sims.ravel()[valid], n)
-    t_forest = time.perf_counter() - t0
+    labels, t_knn, t_forest = _forest(x)
     timed = {}
     for name, threshold in (("int8", None), ("float32", 1 << 62)):
         if threshold:
