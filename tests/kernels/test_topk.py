@@ -122,16 +122,18 @@ def fuzzy(n=3000, d=24, topics=600, seed=5):
     return unit(n, d, seed=seed, topics=topics)
 
 
-def test_with_reverse_lists_exactly_the_rows_that_point_back():
+def test_with_reverse_lists_the_rows_that_point_back_most_similar_first():
     from chunktree.kernels.topk import with_reverse
 
-    ids, _ = topk_exact(fuzzy(400), 5)
-    g = with_reverse(ids, 3)
+    x = fuzzy(400)
+    ids, sims = topk_exact(x, 5)
+    sims = np.round(sims, 2)  # ties: the lower id first
+    g = with_reverse(ids, sims, 3)
     assert g.shape == (400, 8) and (g[:, :5] == ids).all()
-    pointing = {i: sorted(np.flatnonzero((ids == i).any(axis=1)).tolist()) for i in range(400)}
     for i in range(400):
-        rev = [j for j in g[i, 5:].tolist() if j >= 0]
-        assert rev == pointing[i][:3]  # the lowest ids first, all of them when fewer than 3
+        pointing = [(-float(sims[j][ids[j] == i][0]), j) for j in np.flatnonzero((ids == i).any(axis=1)).tolist()]
+        want = [j for _, j in sorted(pointing)[:3]]  # all of them when fewer than 3
+        assert [j for j in g[i, 5:].tolist() if j >= 0] == want, i
 
 
 def test_refinement_only_improves_lists_and_keeps_them_valid():
@@ -146,7 +148,7 @@ def test_refinement_only_improves_lists_and_keeps_them_valid():
     def recall(lists):
         return np.mean([len(set(a) & set(b)) / 10 for a, b in zip(lists.tolist(), exact_ids.tolist())])
 
-    graph = with_reverse(ids, 8)
+    graph = with_reverse(ids, sims, 8)
     new_ids, new_sims, changed = refine_with_neighbours_of_neighbours(x, ids, sims, graph, np.ones(graph.shape, bool))
     assert changed > 0 and recall(new_ids) > recall(ids) + 0.1, (recall(ids), recall(new_ids))
     assert (new_sims >= sims - 1e-6).all()  # every rank at least as good as before
@@ -154,7 +156,7 @@ def test_refinement_only_improves_lists_and_keeps_them_valid():
     assert all(len(set(r)) == 10 for r in new_ids.tolist())
     np.testing.assert_allclose(new_sims, np.sum(x[new_ids] * x[:, None, :], axis=2), atol=1e-5)
     # Exact lists are a fixed point.
-    exact_graph = with_reverse(exact_ids, 8)
+    exact_graph = with_reverse(exact_ids, exact_sims, 8)
     _, _, none = refine_with_neighbours_of_neighbours(x, exact_ids, exact_sims, exact_graph,
                                                       np.ones(exact_graph.shape, bool))
     assert none == 0
@@ -166,9 +168,9 @@ def test_a_pass_that_skips_pairs_scored_before_gives_the_same_lists():
     x = fuzzy()
     rng = np.random.default_rng(0)
     ids, sims = topk_clustered(x, 10, x[rng.choice(len(x), 60, replace=False)], probes=2)
-    first = with_reverse(ids, 8)
+    first = with_reverse(ids, sims, 8)
     ids, sims, _ = refine_with_neighbours_of_neighbours(x, ids, sims, first, np.ones(first.shape, bool))
-    second = with_reverse(ids, 8)
+    second = with_reverse(ids, sims, 8)
     fresh = fresh_entries(second, first)
     assert 0 < fresh.mean() < 1
     assert all(not fresh[i, a] == (second[i, a] in first[i].tolist()) for i in range(50) for a in range(18))
@@ -179,20 +181,25 @@ def test_a_pass_that_skips_pairs_scored_before_gives_the_same_lists():
     assert skipped[2] == full[2] > 0
 
 
-def test_a_pass_keeps_the_best_k_of_each_rows_list_and_its_neighbours_graph_rows():
+def test_a_pass_keeps_the_best_k_of_each_rows_list_and_the_rows_sharing_a_graph_row_with_it():
     """Against a reference pass in float64 sets: the new list of row i is the best k of its own
-    list and every row of graph[graph[i]] (i itself left out)."""
+    list and of every row that shares a row of the graph with it (i itself left out)."""
     from chunktree.kernels.topk import refine_with_neighbours_of_neighbours, with_reverse
 
     x = fuzzy(n=600)
     rng = np.random.default_rng(1)
     ids, sims = topk_clustered(x, 8, x[rng.choice(600, 30, replace=False)], probes=1)
-    graph = with_reverse(ids, 4)
-    new_ids, new_sims, _ = refine_with_neighbours_of_neighbours(x, ids, sims, graph, np.ones(graph.shape, bool))
+    graph = with_reverse(ids, sims, 4)
+    # Blocks of 7 graph rows: the lists change between blocks, and the result must not.
+    new_ids, new_sims, _ = refine_with_neighbours_of_neighbours(x, ids, sims, graph, np.ones(graph.shape, bool), block=7)
     x64 = x.astype(np.float64)
+    meets = [set() for _ in range(600)]
+    for row in graph.tolist():
+        members = {c for c in row if c >= 0}
+        for a in members:
+            meets[a] |= members
     for i in range(600):
-        reach = {c for j in graph[i] if j >= 0 for c in graph[j] if c >= 0} | {c for c in ids[i] if c >= 0}
-        reach.discard(i)
+        reach = (meets[i] | {c for c in ids[i] if c >= 0}) - {i}
         cand = np.array(sorted(reach))
         s = x64[cand] @ x64[i]
         best = np.sort(s)[::-1]
@@ -201,3 +208,26 @@ def test_a_pass_keeps_the_best_k_of_each_rows_list_and_its_neighbours_graph_rows
         if (-np.diff(best[:9]) > 1e-5).all():  # no near-ties: the ids are determined
             want = cand[np.lexsort((cand, -s))[:8]]
             np.testing.assert_array_equal(new_ids[i][:want.size], want)
+
+
+def test_a_pass_gives_the_same_lists_on_any_number_of_threads_and_blocks():
+    import numba
+
+    from chunktree.kernels.topk import refine_with_neighbours_of_neighbours, with_reverse
+
+    x = fuzzy()
+    rng = np.random.default_rng(2)
+    ids, sims = topk_clustered(x, 10, x[rng.choice(len(x), 60, replace=False)], probes=2)
+    graph = with_reverse(ids, sims, 8)
+    fresh = np.ones(graph.shape, bool)
+    want = refine_with_neighbours_of_neighbours(x, ids, sims, graph, fresh)
+    threads = numba.get_num_threads()
+    try:
+        for t, block in ((1, 2048), (1, 5), (threads, 333)):
+            numba.set_num_threads(t)
+            got = refine_with_neighbours_of_neighbours(x, ids, sims, graph, fresh, block=block)
+            np.testing.assert_array_equal(got[0], want[0])
+            np.testing.assert_array_equal(got[1], want[1])
+            assert got[2] == want[2]
+    finally:
+        numba.set_num_threads(threads)
