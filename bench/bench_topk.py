@@ -125,7 +125,7 @@ def topk_summary(results):
     sn = r.get("sparse_neighbours")
     if sn:
         lines.append(f"chunktree sparse_neighbours (centres {sn['kmeans_s']:.2f} s, search {sn['topk_s']:.2f} s, "
-                     f"{sn['refine_passes']} refinement passes {sn['refine_s']:.2f} s): {sn['s']:.2f} s, "
+                     f"recall estimate and {sn['refine_passes']} refinement passes {sn['refine_s']:.2f} s): {sn['s']:.2f} s, "
                      f"recall {sn['recall']:.3f}")
     p = r.get("pynndescent")
     if p:

@@ -312,7 +312,8 @@ def refine_with_neighbours_of_neighbours(x: np.ndarray, ids: np.ndarray, sims: n
     return out_ids, out_sims, int(changed.sum())
 
 
-@njit(parallel=True, fastmath=True, cache=True)
+# Reassociation lets the dot products run as vector code; no "ninf": the lists' padding is -inf.
+@njit(parallel=True, fastmath={"reassoc", "contract", "nsz", "arcp"}, cache=True)
 def _score_pairs(x, graph, fresh, sims, start, stop, pair_row, pair_cand, pair_sim, counts):  # pragma: no cover
     """For graph rows start..stop, every pair (a, b) of a graph row with a fresh entry, kept for
     a as (a, b, similarity) where it reaches a's k-th best, and for b as (b, a, similarity)."""
