@@ -77,10 +77,14 @@ def _whole(a: int, b: int) -> bool:
     return a * b <= EXACT_PAIRS or min(a, b) <= FRONTIER
 
 
-# Entries in one block of a product (64 MB of int32), and rows of the other side gathered at a time
-# (48 MB at d = 384): the join never gathers a whole component, which on fuzzy data holds most rows.
-SCRATCH = 1 << 24
-COLUMN_BLOCK = 1 << 15
+# Entries in one block of a product (8 MB of int32 or float32), and rows of the other side gathered
+# at a time (6 MB at d = 384): the join never gathers a whole component, which on fuzzy data holds
+# most rows. Blocks of 512 x 4,096 stay in the cache between the product and the merge that reads
+# it: 5,579 rows against 94,421 (n = 100,000, 5,000 topics) took 0.66-0.70 s for the int8 products
+# and merges against 1.34 s with the 512 x 32,768 blocks used before, and 0.72 s with 1,024 x 4,096
+# (one-off, random unit vectors).
+SCRATCH = 1 << 21
+COLUMN_BLOCK = 1 << 12
 
 
 # The search below runs in int8 where both sides are large: at least this many rows, columns and
@@ -94,25 +98,43 @@ INT8_ROWS, INT8_COLUMNS, INT8_PAIRS = 1024, 16384, 1 << 26
 CANDIDATES = 16
 
 
+# Columns the merge reads at a time, checking the largest product of the chunk against the row's
+# floor before it looks at each: int8 products (int32) then compare as vectorised integers.
+CHUNK = 128
+
+
 @njit(parallel=True, cache=True)
-def _keep_best(y, column_scale, first, pos, score):  # pragma: no cover - compiled
+def _keep_best(y, scale, first, pos, score):  # pragma: no cover - compiled
     """Merge the products ``y`` (rows x block) into each row's best ``pos.shape[1]`` columns
-    (positions, from ``first``, and scores ``y * column_scale``), descending, equal scores to the
-    earlier column."""
+    (positions, from ``first``, and scores ``y * scale``), descending, equal scores to the
+    earlier column.
+
+    A row's floor (its last kept score) rises fast, so most chunks of ``CHUNK`` columns hold
+    nothing above it: their largest entry is found first, which LLVM vectorises for int32 ``y``.
+    On int8 products (5,579 x 94,421, in blocks of 512 x 4,096) the merge took 0.12 s against
+    0.25-0.28 s for a test of every entry against the floor (one-off).
+    """
     m = pos.shape[1]
     for i in prange(y.shape[0]):
         row_pos, row_score = pos[i], score[i]
         floor = row_score[m - 1]
-        for j in range(y.shape[1]):
-            v = y[i, j] * column_scale[j]
-            if v <= floor:
+        for j0 in range(0, y.shape[1], CHUNK):
+            j1 = min(j0 + CHUNK, y.shape[1])
+            top = y[i, j0]
+            for j in range(j0 + 1, j1):
+                top = max(top, y[i, j])
+            if top * scale <= floor:
                 continue
-            p = m - 1
-            while p > 0 and v > row_score[p - 1]:
-                row_score[p], row_pos[p] = row_score[p - 1], row_pos[p - 1]
-                p -= 1
-            row_score[p], row_pos[p] = v, first + j
-            floor = row_score[m - 1]
+            for j in range(j0, j1):
+                v = y[i, j] * scale
+                if v <= floor:
+                    continue
+                p = m - 1
+                while p > 0 and v > row_score[p - 1]:
+                    row_score[p], row_pos[p] = row_score[p - 1], row_pos[p - 1]
+                    p -= 1
+                row_score[p], row_pos[p] = v, first + j
+                floor = row_score[m - 1]
 
 
 # Products below this many entries are merged on one thread: Numba's OpenMP threads spin after a
@@ -121,13 +143,13 @@ def _keep_best(y, column_scale, first, pos, score):  # pragma: no cover - compil
 PARALLEL_MERGE = 1 << 20
 
 
-def _merge(y: np.ndarray, column_scale: np.ndarray, first: int, pos: np.ndarray, score: np.ndarray) -> None:
+def _merge(y: np.ndarray, scale: float, first: int, pos: np.ndarray, score: np.ndarray) -> None:
     """``_keep_best``, on one thread for a small ``y``."""
     threads = numba.get_num_threads()
     if y.size < PARALLEL_MERGE:
         numba.set_num_threads(1)
     try:
-        _keep_best(y, column_scale, first, pos, score)
+        _keep_best(y, scale, first, pos, score)
     finally:
         numba.set_num_threads(threads)
 
@@ -155,11 +177,11 @@ def _best_edges_into(x: np.ndarray, rows: np.ndarray, cols: np.ndarray, per: int
     left = int8.quantise_rows(x[rows])[0] if quantised else None
     for c0 in range(0, cols.size, COLUMN_BLOCK):
         block = x[cols[c0:c0 + COLUMN_BLOCK]]
-        right, column_scale = int8.quantise_columns(block) if quantised else (block.T, np.ones(len(block), np.float32))
+        right, scale = int8.quantise_columns(block) if quantised else (block.T, 1.0)
         step = max(64, SCRATCH // len(block))
         for r0 in range(0, rows.size, step):
             y = int8.product(left[r0:r0 + step], right) if quantised else x[rows[r0:r0 + step]] @ right
-            _merge(y, column_scale, c0, pos[r0:r0 + step], score[r0:r0 + step])
+            _merge(y, scale, c0, pos[r0:r0 + step], score[r0:r0 + step])
     found = pos >= 0
     if quantised:  # the candidates' exact similarities
         step = max(1, SCRATCH // (m * x.shape[1]))

@@ -207,3 +207,20 @@ def test_best_edges_into_matches_the_full_product_over_any_blocking(monkeypatch,
     assert bool(products) == quantised
     ids, sims = forest._best_edges_into(x, rows[:4], cols[:2], 3)
     assert (ids[:, 2] == -1).all() and np.isneginf(sims[:, 2]).all() and (ids[:, :2] >= 0).all()
+
+
+@pytest.mark.parametrize("dtype", [np.int32, np.float32])
+def test_merged_blocks_keep_each_rows_best_scores_ties_to_the_earlier_column(dtype):
+    """_keep_best over several blocks of columns (wider and narrower than its chunks, with many
+    equal products) keeps what a lexsort of the whole row by (-score, column) keeps first."""
+    from chunktree.kernels import forest
+
+    rng = np.random.default_rng(9)
+    y = rng.integers(-40, 40, (37, 1000)).astype(dtype)
+    pos = np.full((37, 5), -1, np.int64)
+    score = np.full((37, 5), -np.inf, np.float32)
+    for c0, c1 in ((0, 300), (300, 301), (301, 1000)):
+        forest._keep_best(np.ascontiguousarray(y[:, c0:c1]), 0.5, c0, pos, score)
+    want = np.lexsort((np.broadcast_to(np.arange(1000), y.shape), -y), axis=1)[:, :5]
+    np.testing.assert_array_equal(pos, want)
+    np.testing.assert_array_equal(score, 0.5 * np.take_along_axis(y, want, axis=1))

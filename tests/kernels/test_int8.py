@@ -13,17 +13,18 @@ def unit(n, d, seed):
 
 
 @pytest.mark.parametrize("d", [5, 384])
-def test_quantised_rows_round_to_the_nearest_step_of_their_own_scale(d):
+def test_rows_round_to_their_own_step_and_columns_to_the_blocks_one_step(d):
     x = unit(300, d, seed=d)
-    x[7] *= 1e-3  # a short row keeps its own, finer, scale
+    x[7] *= 1e-3  # a short row keeps its own, finer, scale on the left; shares the block's on the right
     left, scale_l = int8.quantise_rows(x)
     right, scale_r = int8.quantise_columns(x)
     np.testing.assert_allclose(scale_l, np.abs(x).max(axis=1) / 127, rtol=1e-6)
-    np.testing.assert_array_equal(scale_l, scale_r)
+    assert scale_r == pytest.approx(np.abs(x).max() / 127, rel=1e-6)
     assert left.dtype == np.uint8 and right.dtype == np.int8 and right.shape == (d, 300)
-    for q in (left.astype(np.int64) - 128, right.T.astype(np.int64)):
+    for q, step in ((left.astype(np.int64) - 128, scale_l[:, None]), (right.T.astype(np.int64), scale_r)):
         assert np.abs(q).max() == 127
-        assert (np.abs(q * scale_l[:, None] - x) <= scale_l[:, None] / 2 * (1 + 1e-5)).all()
+        assert (np.abs(q * step - x) <= step / 2 * (1 + 1e-5)).all()
+    assert np.abs(right[:, 7]).max() <= 1  # the short row is a few steps of the block's scale
 
 
 def test_a_zero_row_is_quantised_to_zeros():
@@ -33,6 +34,7 @@ def test_a_zero_row_is_quantised_to_zeros():
     right, _ = int8.quantise_columns(x)
     assert left[0].tolist() == [128] * 4 and right[:, 0].tolist() == [0] * 4
     assert left[1].tolist() == [128, 128, 1, 128] and right[:, 1].tolist() == [0, 0, -127, 0]
+    assert int8.quantise_columns(np.zeros((3, 4), np.float32))[0].tolist() == [[0] * 3] * 4
 
 
 def test_product_equals_the_integer_product_and_approximates_the_similarities():
@@ -42,10 +44,29 @@ def test_product_equals_the_integer_product_and_approximates_the_similarities():
     y = int8.product(left, right)
     assert y.dtype == np.int32 and y.shape == (130, 257)
     np.testing.assert_array_equal(y, (left.astype(np.int64) - 128) @ right.astype(np.int64))
-    approx = y * scale_a[:, None] * scale_b[None, :]
+    approx = y * scale_a[:, None] * scale_b
     exact = a @ b.T
     # |a.b - qa.qb| <= sum |a_j| |err_b_j| + |qb_j| |err_a_j| <= (s_b |a|_1 + s_a |qb|_1) / 2
-    qb = right.T.astype(np.float64) * scale_b[:, None]
-    bound = (scale_b[None, :] * np.abs(a).sum(1)[:, None] + scale_a[:, None] * np.abs(qb).sum(1)[None, :]) / 2
+    qb = right.T.astype(np.float64) * scale_b
+    bound = (scale_b * np.abs(a).sum(1)[:, None] + scale_a[:, None] * np.abs(qb).sum(1)[None, :]) / 2
     assert (np.abs(approx - exact) <= bound + 1e-6).all()
     assert np.abs(approx - exact).max() < 5e-3  # the typical error is far inside the bound
+
+
+def test_the_stored_graph_is_exactly_one_matmulinteger_with_zero_point_128():
+    """The product's graph ships serialised (importing onnx costs 0.6 s at run time): it must be
+    the graph that onnx.helper builds, field for field."""
+    from importlib import resources
+
+    from onnx import TensorProto, checker, helper, load_model_from_string
+
+    graph = helper.make_graph(
+        [helper.make_node("MatMulInteger", ["A", "B", "zero"], ["Y"])], "int8_product",
+        [helper.make_tensor_value_info("A", TensorProto.UINT8, [None, None]),
+         helper.make_tensor_value_info("B", TensorProto.INT8, [None, None])],
+        [helper.make_tensor_value_info("Y", TensorProto.INT32, [None, None])],
+        initializer=[helper.make_tensor("zero", TensorProto.UINT8, [], [128])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8)
+    checker.check_model(model)
+    stored = (resources.files("chunktree") / "data" / int8.MODEL).read_bytes()
+    assert load_model_from_string(stored) == model
