@@ -10,10 +10,13 @@ Beside those it offers spare edges (each searched row's best few into the other 
 the final spanning forest may join two components by more than one edge, as the best tree does.
 """
 
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numba
 import numpy as np
 import scipy.sparse
-import numba
-from numba import njit, prange
+from numba import njit
 
 from chunktree.kernels import int8
 
@@ -77,14 +80,15 @@ def _whole(a: int, b: int) -> bool:
     return a * b <= EXACT_PAIRS or min(a, b) <= FRONTIER
 
 
-# Entries in one block of a product (8 MB of int32 or float32), and rows of the other side gathered
-# at a time (6 MB at d = 384): the join never gathers a whole component, which on fuzzy data holds
-# most rows. Blocks of 512 x 4,096 stay in the cache between the product and the merge that reads
-# it: 5,579 rows against 94,421 (n = 100,000, 5,000 topics) took 0.66-0.70 s for the int8 products
-# and merges against 1.34 s with the 512 x 32,768 blocks used before, and 0.72 s with 1,024 x 4,096
-# (one-off, random unit vectors).
-SCRATCH = 1 << 21
-COLUMN_BLOCK = 1 << 12
+# Rows and columns of one product (512 x 2,048: 4 MB of int32 or float32, which the merge reads
+# right after, while it is in cache), and so the columns gathered at a time (3 MB at d = 384): the
+# join never gathers a whole component, which on fuzzy data holds most rows. For the 5,579 rows
+# outside the largest component at n = 100,000 with 5,000 topics, the search into it took
+# 0.50-0.53 s in these blocks, 0.54 s in 256 x 4,096, 0.61-0.64 s in 256 x 8,192 and 0.49-0.52 s
+# in 1,024 x 1,024 (one-off); it took 1.34 s in the 512 x 32,768 blocks used before, multiplied
+# on two threads, then merged on two.
+ROW_STEP = 512
+COLUMN_BLOCK = 2048
 
 
 # The search below runs in int8 where both sides are large: at least this many rows, columns and
@@ -96,34 +100,34 @@ INT8_ROWS, INT8_COLUMNS, INT8_PAIRS = 1024, 16384, 1 << 26
 # Candidates per row that the int8 search keeps and rescores exactly (at least 4 per edge asked):
 # 8 missed one of 240 rows' best two (by 4e-4) on the near-ties of tests/kernels/test_forest.py.
 CANDIDATES = 16
-
-
-# Columns the merge reads at a time, checking the largest product of the chunk against the row's
-# floor before it looks at each: int8 products (int32) then compare as vectorised integers.
+# Columns the merge tests at a time against a row's floor before it looks at each one.
 CHUNK = 128
 
 
-@njit(parallel=True, cache=True)
+@njit(cache=True, nogil=True)
 def _keep_best(y, scale, first, pos, score):  # pragma: no cover - compiled
-    """Merge the products ``y`` (rows x block) into each row's best ``pos.shape[1]`` columns
-    (positions, from ``first``, and scores ``y * scale``), descending, equal scores to the
-    earlier column.
+    """Merge the products ``y`` (rows x block, int32 or float32) into each row's best
+    ``pos.shape[1]`` columns (positions, from ``first``, and scores ``y * scale``), descending,
+    equal scores to the earlier column.
 
     A row's floor (its last kept score) rises fast, so most chunks of ``CHUNK`` columns hold
-    nothing above it: their largest entry is found first, which LLVM vectorises for int32 ``y``.
-    On int8 products (5,579 x 94,421, in blocks of 512 x 4,096) the merge took 0.12 s against
-    0.25-0.28 s for a test of every entry against the floor (one-off).
+    nothing above it: a chunk is first tested whole, as float32 comparisons that LLVM vectorises
+    for either dtype, against a bound a little below the floor (so rounding never skips a
+    column that the exact test below would keep). Serial, without the GIL: ``_best_edges_into``
+    runs one in each of its threads.
     """
     m = pos.shape[1]
-    for i in prange(y.shape[0]):
+    for i in range(y.shape[0]):
         row_pos, row_score = pos[i], score[i]
         floor = row_score[m - 1]
         for j0 in range(0, y.shape[1], CHUNK):
             j1 = min(j0 + CHUNK, y.shape[1])
-            top = y[i, j0]
-            for j in range(j0 + 1, j1):
-                top = max(top, y[i, j])
-            if top * scale <= floor:
+            bound = floor / scale
+            bound = np.float32(bound - abs(bound) * 1e-5)
+            above = False
+            for j in range(j0, j1):
+                above |= y[i, j] > bound
+            if not above:
                 continue
             for j in range(j0, j1):
                 v = y[i, j] * scale
@@ -135,23 +139,6 @@ def _keep_best(y, scale, first, pos, score):  # pragma: no cover - compiled
                     p -= 1
                 row_score[p], row_pos[p] = v, first + j
                 floor = row_score[m - 1]
-
-
-# Products below this many entries are merged on one thread: Numba's OpenMP threads spin after a
-# parallel region, and BLAS's after a product, so alternating the two on small blocks took 8.1 ms
-# a call of (87 rows x 27 columns) against 0.13 ms on one thread (one-off, 2 cores).
-PARALLEL_MERGE = 1 << 20
-
-
-def _merge(y: np.ndarray, scale: float, first: int, pos: np.ndarray, score: np.ndarray) -> None:
-    """``_keep_best``, on one thread for a small ``y``."""
-    threads = numba.get_num_threads()
-    if y.size < PARALLEL_MERGE:
-        numba.set_num_threads(1)
-    try:
-        _keep_best(y, scale, first, pos, score)
-    finally:
-        numba.set_num_threads(threads)
 
 
 def _best_edges_into(x: np.ndarray, rows: np.ndarray, cols: np.ndarray, per: int = 1
@@ -166,25 +153,62 @@ def _best_edges_into(x: np.ndarray, rows: np.ndarray, cols: np.ndarray, per: int
     int8 (``kernels.int8``) and keep ``max(CANDIDATES, 4 * per)`` candidates per row, whose exact
     similarities then decide; an edge is missed only where a row's best ones rank below its
     candidates in int8 (an int8 similarity is off by about 1e-3 at d = 384). At n = 100,000 with
-    5,000 topics, all 5,853 rows outside the largest component got their exact best two in it, in
-    1.8 s against 3.3 s in float32 (one-off). Memory: ``COLUMN_BLOCK`` gathered columns and
-    ``SCRATCH`` products.
+    5,000 topics, all 5,579 rows outside the largest component got their exact best two in it
+    (one-off, against float32).
+
+    In int8 the rows are shared out among Numba's threads (the cores): each multiplies its own
+    rows on one onnxruntime thread and merges each product at once, while it is in its core's
+    cache, and each quantises one column block of every group of as many blocks as threads. The
+    products and the merge release the GIL. That search of 5,579 rows took 0.48-0.51 s against
+    0.55-0.61 s with each product (512 x 4,096) on two onnxruntime threads, then merged on two
+    (one-off, five runs each). In float32 (small searches) one thread merges the products that
+    BLAS computes on its own threads. Memory: two quantised column blocks and one product per
+    thread.
     """
     quantised = rows.size >= INT8_ROWS and cols.size >= INT8_COLUMNS and rows.size * cols.size >= INT8_PAIRS
     m = max(CANDIDATES, 4 * per) if quantised else per
     pos = np.full((rows.size, m), -1, dtype=np.int64)
     score = np.full((rows.size, m), -np.inf, dtype=np.float32)
     left = int8.quantise_rows(x[rows])[0] if quantised else None
-    for c0 in range(0, cols.size, COLUMN_BLOCK):
-        block = x[cols[c0:c0 + COLUMN_BLOCK]]
-        right, scale = int8.quantise_columns(block) if quantised else (block.T, 1.0)
-        step = max(64, SCRATCH // len(block))
-        for r0 in range(0, rows.size, step):
-            y = int8.product(left[r0:r0 + step], right) if quantised else x[rows[r0:r0 + step]] @ right
-            _merge(y, scale, c0, pos[r0:r0 + step], score[r0:r0 + step])
+    steps = np.arange(0, rows.size, ROW_STEP)
+    parts = np.array_split(steps, min(numba.get_num_threads() if quantised else 1, steps.size))
+    n_blocks = -(-cols.size // COLUMN_BLOCK)
+    # Quantised column blocks, in two sets of one per thread: thread t quantises block g + t of
+    # each group g of len(parts) blocks while the others' products of the previous group may still
+    # read the other set.
+    blocks: list = [None] * (2 * len(parts))
+    barrier = threading.Barrier(len(parts))
+
+    def column_block(b: int) -> tuple[np.ndarray, float]:
+        block = x[cols[b * COLUMN_BLOCK:(b + 1) * COLUMN_BLOCK]]
+        return int8.quantise_columns(block) if quantised else (block.T, 1.0)
+
+    def search(t: int) -> None:
+        try:
+            for g in range(0, n_blocks, len(parts)):
+                if g + t < n_blocks:
+                    blocks[(g + t) % len(blocks)] = column_block(g + t)
+                barrier.wait()
+                for b in range(g, min(g + len(parts), n_blocks)):
+                    right, scale = blocks[b % len(blocks)]
+                    for r0 in parts[t].tolist():
+                        r1 = r0 + ROW_STEP
+                        y = int8.product(left[r0:r1], right) if quantised else x[rows[r0:r1]] @ right
+                        _keep_best(y, scale, b * COLUMN_BLOCK, pos[r0:r1], score[r0:r1])
+        except threading.BrokenBarrierError:
+            return  # another thread failed, and its error is raised
+        except BaseException:
+            barrier.abort()  # the other threads stop waiting for this one
+            raise
+
+    if len(parts) == 1:
+        search(0)
+    else:
+        with ThreadPoolExecutor(len(parts)) as pool:
+            list(pool.map(search, range(len(parts))))
     found = pos >= 0
     if quantised:  # the candidates' exact similarities
-        step = max(1, SCRATCH // (m * x.shape[1]))
+        step = max(1, (ROW_STEP * COLUMN_BLOCK) // (m * x.shape[1]))
         for r0 in range(0, rows.size, step):
             r1 = r0 + step
             score[r0:r1] = np.einsum("id,imd->im", x[rows[r0:r1]], x[cols[np.where(found[r0:r1], pos[r0:r1], 0)]])

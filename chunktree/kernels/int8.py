@@ -11,7 +11,7 @@ compute the exact similarity of those.
 """
 
 import numpy as np
-from numba import njit, prange
+from numba import njit
 
 _SESSION = None
 # The graph: one MatMulInteger node, Y = A @ B with A's zero point 128 (opset 13, IR version 8),
@@ -22,7 +22,8 @@ MODEL = "int8_product.onnx"
 
 
 def _session():
-    """One onnxruntime session computing ``A @ B`` for uint8 A (zero point 128) and int8 B."""
+    """One onnxruntime session computing ``A @ B`` for uint8 A (zero point 128) and int8 B, on the
+    calling thread."""
     global _SESSION
     if _SESSION is None:
         from importlib import resources
@@ -30,25 +31,25 @@ def _session():
         import onnxruntime as ort
 
         options = ort.SessionOptions()
-        # Its threads would otherwise spin after each product, taking the cores from the Numba and
-        # BLAS work that follows.
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        # One thread a product: callers run products in several threads at once, each merging
+        # its own product while it is in its core's cache (``kernels.forest._best_edges_into``).
+        options.intra_op_num_threads = 1
         model = (resources.files("chunktree") / "data" / MODEL).read_bytes()
         _SESSION = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
     return _SESSION
 
 
-# Rows quantised together by one thread: a transposed tile is written 64 bytes at a time, which
-# took 1.1 ms for 4,096 x 384 against 3.0 ms writing each row's column on its own (one-off).
+# Rows quantised together: a transposed tile is written 64 bytes at a time, which took 1.1 ms for
+# 4,096 x 384 against 3.0 ms writing each row's column on its own (one-off, two threads).
 TILE = 64
 
 
-@njit(parallel=True, cache=True)
+@njit(cache=True, nogil=True)
 def _quantise(v, scale, out, offset, transpose):  # pragma: no cover - compiled
     """Row i of ``v`` as round(v / scale[i]) + ``offset`` into row i of ``out`` (column i when
-    ``transpose``)."""
-    for t in prange((v.shape[0] + TILE - 1) // TILE):
-        i0, i1 = t * TILE, min(t * TILE + TILE, v.shape[0])
+    ``transpose``). Serial, without the GIL: callers quantise in several threads at once."""
+    for i0 in range(0, v.shape[0], TILE):
+        i1 = min(i0 + TILE, v.shape[0])
         if transpose:
             for j in range(v.shape[1]):
                 for i in range(i0, i1):

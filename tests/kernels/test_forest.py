@@ -182,15 +182,19 @@ def test_spare_edges_are_each_rows_best_edges_into_the_other_side_and_only_add_w
 
 
 @pytest.mark.parametrize("quantised", [False, True])
-@pytest.mark.parametrize("column_block, scratch", [(7, 64 * 7), (50, 1 << 24), (1 << 15, 1 << 24)])
-def test_best_edges_into_matches_the_full_product_over_any_blocking(monkeypatch, column_block, scratch, quantised):
-    """Each row's best 3 columns, merged over blocks of columns and rows, equal the top 3 of the
-    full similarity matrix, in float32 and through int8 candidates rescored; fewer columns than
-    asked leave -1 / -inf."""
+@pytest.mark.parametrize("column_block, row_step, threads", [(7, 64, 2), (50, 1024, 2), (1 << 15, 256, 1), (7, 16, 1)])
+def test_best_edges_into_matches_the_full_product_over_any_blocking(monkeypatch, column_block, row_step, threads,
+                                                                    quantised):
+    """Each row's best 3 columns, merged over blocks of columns and rows shared out among threads,
+    equal the top 3 of the full similarity matrix, in float32 and through int8 candidates
+    rescored; fewer columns than asked leave -1 / -inf."""
+    import numba
+
     import chunktree.kernels.forest as forest
 
     monkeypatch.setattr(forest, "COLUMN_BLOCK", column_block)
-    monkeypatch.setattr(forest, "SCRATCH", scratch)
+    monkeypatch.setattr(forest, "ROW_STEP", row_step)
+    monkeypatch.setattr(numba, "get_num_threads", lambda: threads)
     for name in ("INT8_ROWS", "INT8_COLUMNS", "INT8_PAIRS"):
         monkeypatch.setattr(forest, name, 0 if quantised else 1 << 62)
     products = []
@@ -224,3 +228,30 @@ def test_merged_blocks_keep_each_rows_best_scores_ties_to_the_earlier_column(dty
     want = np.lexsort((np.broadcast_to(np.arange(1000), y.shape), -y), axis=1)[:, :5]
     np.testing.assert_array_equal(pos, want)
     np.testing.assert_array_equal(score, 0.5 * np.take_along_axis(y, want, axis=1))
+
+
+def test_an_error_in_one_search_thread_is_raised_and_the_others_do_not_wait_for_it(monkeypatch):
+    """The int8 search's threads meet at a barrier for each group of column blocks: when one
+    fails, the others stop waiting, and the caller gets that failure."""
+    import numba
+
+    import chunktree.kernels.forest as forest
+
+    for name in ("INT8_ROWS", "INT8_COLUMNS", "INT8_PAIRS"):
+        monkeypatch.setattr(forest, name, 0)
+    monkeypatch.setattr(forest, "ROW_STEP", 16)
+    monkeypatch.setattr(forest, "COLUMN_BLOCK", 8)
+    monkeypatch.setattr(numba, "get_num_threads", lambda: 2)
+    calls = []
+    product = forest.int8.product
+
+    def failing(a, b):
+        calls.append(1)
+        if len(calls) == 5:
+            raise MemoryError("product 5")
+        return product(a, b)
+
+    monkeypatch.setattr(forest.int8, "product", failing)
+    x = blobs(100, 12, 3, seed=1)
+    with pytest.raises(MemoryError, match="product 5"):
+        forest._best_edges_into(x, np.arange(40), np.arange(40, 100), 2)
