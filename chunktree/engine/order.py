@@ -78,10 +78,12 @@ REFINE_MIN_GAIN = 0.01
 # 2,500 fine topics the tree weighed 99.902% of the exact one with 8 (refinement 1.30 s), 99.905%
 # with 12 (1.63 s), 99.906% with 16 (1.89 s); 99.898% with 8 taken as the lowest ids (one-off).
 REVERSE_NEIGHBOURS = 8
-# Spare edges per row of a small component searched by the join (``join_components``): with 2 the
-# sparse tree at n = 50,000 with 2,500 fine topics weighs 99.907% of the exact one; 99.880%
-# with none, 99.899% with 1 (bench/bench_order.py, CHUNKTREE_BENCH_LARGE=1).
-JOIN_PER_ROW = 2
+# Spare edges per row of a small component searched by the join (``join_components``). The sparse
+# tree at n = 50,000 with 2,500 fine topics weighed 99.9022% of the exact one with 2, 99.9055%
+# with 3, 99.9069% with 4, 99.9083% with 6 and 99.9094% with 8 (one-off); 99.880% with none. Up
+# to 4 cost nothing more: the int8 search keeps 16 candidates a row either way; beyond, it keeps
+# 4 a spare edge.
+JOIN_PER_ROW = 4
 
 
 @dataclass(frozen=True)
