@@ -17,7 +17,7 @@ import time
 import numpy as np
 from conftest import summary
 
-from chunktree.engine.order import DEFAULT_K, DEFAULT_PROBES, sparse_neighbours
+from chunktree.engine.order import DEFAULT_K, DEFAULT_PROBES, JOIN_PER_ROW, sparse_neighbours
 from chunktree.engine.scale import synthetic_embeddings
 from chunktree.kernels import forest
 
@@ -63,7 +63,7 @@ def test_join_fuzzy(results, monkeypatch):
             for limit in ("INT8_ROWS", "INT8_COLUMNS", "INT8_PAIRS"):
                 monkeypatch.setattr(forest, limit, threshold)
         t0 = time.perf_counter()
-        joined = forest.join_components(x, labels, per_row=2)
+        joined = forest.join_components(x, labels, per_row=JOIN_PER_ROW)
         timed[name] = (time.perf_counter() - t0, float(joined[2].sum(dtype=np.float64)), joined[2].size)
     _, counts = np.unique(labels, return_counts=True)
     results["join_fuzzy"] = {"n": n, "components": counts.size, "outside": int(n - counts.max()), "knn": t_knn,
