@@ -88,9 +88,10 @@ def _whole(a: int, b: int) -> bool:
 # right after, while it is in cache), and so the columns gathered at a time (3 MB at d = 384): the
 # join never gathers a whole component, which on fuzzy data holds most rows. For the 5,579 rows
 # outside the largest component at n = 100,000 with 5,000 topics, the search into it took
-# 0.50-0.53 s in these blocks, 0.54 s in 256 x 4,096, 0.61-0.64 s in 256 x 8,192 and 0.49-0.52 s
-# in 1,024 x 1,024 (one-off); it took 1.34 s in the 512 x 32,768 blocks used before, multiplied
-# on two threads, then merged on two.
+# 0.50-0.54 s in these blocks, 0.54 s in 256 x 4,096, 0.61-0.64 s in 256 x 8,192, 0.61-0.64 s in
+# 128 x 4,096 and 0.48-0.52 s in 1,024 x 1,024 (one-off, two runs each). The products and merges
+# of the code before, in blocks of 512 x 32,768 on two threads each, took 1.34 s for that shape
+# on random unit vectors, against 0.72 s in blocks of 512 x 4,096 (one-off).
 ROW_STEP = 512
 COLUMN_BLOCK = 2048
 
