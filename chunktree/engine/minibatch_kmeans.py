@@ -29,9 +29,10 @@ log = logging.getLogger(__name__)
 ROWS_PER_CENTRE = 8
 # Rows sampled for k-means++ seeding at most, unless ``init_size`` says otherwise (100 per centre
 # below that). Seeding is K sequential passes over the sample: at n = 1,000,000, K = 1,000 it took
-# 22.9 of the fit's 32.8 s on 100,000 rows. With 20,000 the fit took 15.4 s, inertia 0.07% above
-# faiss.Kmeans's (24.6 s), against 31.8 s and 0.07% below; at n = 100,000, K = 1,000, 5.8 s and
-# 0.25% above against 26.1 s and 0.14% above (faiss 8.3 s; one-off, bench_select's data and inertia).
+# 22.9 of the fit's 32.8 s on 100,000 rows (under a profiler). bench/bench_select.py -k many at
+# that size: 13.0 s against faiss.Kmeans's 25.0 s, inertia 0.07% above it, where 100,000 rows gave
+# 31.8 s against 24.1 s, 0.07% below; at n = 100,000, 5.6 s against 8.5 s, 0.25% above (100,000
+# rows: 26.1 s, 0.14% above, one-off).
 SEEDING_ROWS = 20_000
 
 

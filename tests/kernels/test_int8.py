@@ -24,7 +24,7 @@ def test_rows_round_to_their_own_step_and_columns_to_the_blocks_one_step(d):
     for q, step in ((left.astype(np.int64) - 128, scale_l[:, None]), (right.T.astype(np.int64), scale_r)):
         assert np.abs(q).max() == 127
         assert (np.abs(q * step - x) <= step / 2 * (1 + 1e-5)).all()
-    assert np.abs(right[:, 7]).max() <= 1  # the short row is a few steps of the block's scale
+    assert np.abs(right[:, 7]).max() <= 1  # the short row is at most one step of the block's scale
 
 
 def test_a_zero_row_is_quantised_to_zeros():
