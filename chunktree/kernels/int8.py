@@ -45,20 +45,19 @@ TILE = 64
 
 
 @njit(cache=True, nogil=True)
-def _quantise(v, scale, out, offset, transpose):  # pragma: no cover - compiled
-    """Row i of ``v`` as round(v / scale[i]) + ``offset`` into row i of ``out`` (column i when
+def _quantise(v, inverse, out, offset, transpose):  # pragma: no cover - compiled
+    """Row i of ``v`` as round(v * inverse[i]) + ``offset`` into row i of ``out`` (column i when
     ``transpose``). Serial, without the GIL: callers quantise in several threads at once."""
     for i0 in range(0, v.shape[0], TILE):
         i1 = min(i0 + TILE, v.shape[0])
         if transpose:
             for j in range(v.shape[1]):
                 for i in range(i0, i1):
-                    out[j, i] = np.int32(np.rint(v[i, j] * (np.float32(1.0) / scale[i]))) + offset
+                    out[j, i] = np.int32(np.rint(v[i, j] * inverse[i])) + offset
         else:
             for i in range(i0, i1):
-                inverse = np.float32(1.0) / scale[i]
                 for j in range(v.shape[1]):
-                    out[i, j] = np.int32(np.rint(v[i, j] * inverse)) + offset
+                    out[i, j] = np.int32(np.rint(v[i, j] * inverse[i])) + offset
 
 
 def _scale(top: np.ndarray) -> np.ndarray:
@@ -72,7 +71,7 @@ def quantise_rows(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     v = np.ascontiguousarray(v, dtype=np.float32)
     out = np.empty(v.shape, np.uint8)
     scale = _scale(np.abs(v).max(axis=1, initial=0.0))
-    _quantise(v, scale, out, 128, False)
+    _quantise(v, np.float32(1.0) / scale, out, 128, False)
     return out, scale
 
 
@@ -86,7 +85,7 @@ def quantise_columns(v: np.ndarray) -> tuple[np.ndarray, float]:
     v = np.ascontiguousarray(v, dtype=np.float32)
     out = np.empty(v.shape[::-1], np.int8)
     scale = _scale(np.abs(v).max(initial=0.0))
-    _quantise(v, np.full(v.shape[0], scale, np.float32), out, 0, True)
+    _quantise(v, np.full(v.shape[0], np.float32(1.0) / scale, np.float32), out, 0, True)
     return out, float(scale)
 
 
