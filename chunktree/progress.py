@@ -62,6 +62,7 @@ class PlainProgress:
         self.done = 0
         self.postfix = ""
         self._start = self._last = time.monotonic()
+        self._shown: tuple[int, str] | None = None  # what the last printed line said
 
     def update(self, n: int = 1) -> None:
         self.done += n
@@ -75,7 +76,8 @@ class PlainProgress:
 
     def close(self) -> None:
         now = time.monotonic()
-        if now - self._start >= self.interval:  # a run long enough to have shown lines ends with one
+        # A run long enough to have shown lines ends with one, unless the last line said it all.
+        if now - self._start >= self.interval and self._shown != (self.done, self.postfix):
             self._print(now)
 
     def _print(self, now: float) -> None:
@@ -89,6 +91,7 @@ class PlainProgress:
         if self.postfix:
             line += f", {self.postfix}"
         print(line, file=self.file, flush=True)
+        self._shown = (self.done, self.postfix)
 
 
 def tracked(items: Iterable[T], total: int, desc: str, unit: str, *, enabled: bool = True) -> Iterator[T]:

@@ -22,11 +22,13 @@ import numpy as np
 from chunktree.checks import ChunktreeError, InvalidValueError, number, require
 from chunktree.engine.chunking import DEFAULT_CHUNK_TOKENS, DEFAULT_OVERLAP_TOKENS, chunk_documents
 from chunktree.engine.documents import read_paths, sample_documents
-from chunktree.engine.order import DEFAULT_STRATEGY, EXACT_MAX_N, METHODS, STRATEGIES
+from chunktree.engine.order import DEFAULT_K, DEFAULT_STRATEGY, EXACT_MAX_N, METHODS, STRATEGIES
 from chunktree.engine.read.extractive import DEFAULT_MEMORY_WEIGHT
+from chunktree.engine.results import dumps
 from chunktree.engine.scale import DEFAULT_SIZES
 from chunktree.models.embedder import DEFAULT_BATCH_SIZE
 from chunktree.models.registry import DEFAULT_MODEL, MODELS
+
 
 def _add_corpus_args(p: argparse.ArgumentParser, model_flag: str = "--model") -> None:
     p.add_argument("paths", nargs="*", metavar="PATH",
@@ -94,13 +96,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--method", choices=METHODS, default="auto",
                    help=f"exact (dense Prim's), sparse (top-K graph), or auto: exact up to {EXACT_MAX_N} chunks "
                         "(default %(default)s)")
-    p.add_argument("-k", "--neighbours", type=int, default=None, help="top-K neighbours for the sparse method")
+    p.add_argument("--neighbours", type=int, default=None, metavar="K",
+                   help=f"neighbours per chunk in the sparse method's top-K graph (default {DEFAULT_K})")
     p.add_argument("--embeddings", type=Path, default=None, metavar="X.npy",
                    help="order the vectors of 'chunktree embed' instead of reading PATHs (memory-mapped, not "
                         "re-embedded); their chunks come from --chunks")
     p.add_argument("--chunks", type=Path, default=None, metavar="X.jsonl",
-                   help="the chunks of --embeddings, one per row (default: X.jsonl beside X.npy)")
-    p.add_argument("--format", choices=("text", "json", "jsonl"), default="text")
+                   help="the chunks of --embeddings, one per row (default: X.jsonl beside X.npy; without "
+                        "either, chunks are named by their row index)")
+    p.add_argument("--format", choices=("text", "json", "jsonl"), default="text",
+                   help="text: a summary and the first chunks; json: the whole result (what the service's "
+                        "/v1/order answers); jsonl: one chunk a line (default %(default)s)")
     p.add_argument("--top", type=int, default=None,
                    help="print only the first N ordered chunks (default: 10 for text, all for json/jsonl)")
     _add_ray_arg(p, "embed and run the top-K search on a Ray cluster")
@@ -119,7 +125,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--balance", action="store_true",
                    help="give small topics a better chance of a cluster of their own")
     p.add_argument("--seed", type=int, default=0, help="K-means seed (default %(default)s)")
-    p.add_argument("--format", choices=("text", "json", "jsonl"), default="text")
+    p.add_argument("--format", choices=("text", "json", "jsonl"), default="text",
+                   help="text: a summary and each cluster's representatives; json: the whole result (what the "
+                        "service's /v1/select answers); jsonl: one cluster a line (default %(default)s)")
     _add_picture_args(p, "a map of the clusters")
     p.set_defaults(func=cmd_select)
 
@@ -142,7 +150,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "the query-only reader; see the README)")
     p.add_argument("--window-tokens", type=int, default=4096, help="LLM context window (default %(default)s)")
     p.add_argument("--trace", type=Path, default=None, help="write one JSON line per worker step here")
-    p.add_argument("--format", choices=("text", "json"), default="text")
+    p.add_argument("--format", choices=("text", "json"), default="text",
+                   help="text: the answer and the evidence in memory; json: the whole result, every worker "
+                        "step included (default %(default)s)")
     p.set_defaults(func=cmd_read)
 
     p = sub.add_parser("eval-order", help="measure whether an order helps a bounded reader (SQuAD or HotpotQA data)",
@@ -329,10 +339,10 @@ def _with_chunk_time(doc: dict[str, Any], chunk_s: float) -> dict[str, Any]:
 def _printed_structured(doc: dict[str, Any], fmt: str, rows: str) -> bool:
     """Print ``doc`` as JSON (``json``) or its ``rows`` one per line (``jsonl``); False for text."""
     if fmt == "json":
-        print(json.dumps(doc, ensure_ascii=False, indent=1))
+        print(dumps(doc, indent=1))
     elif fmt == "jsonl":
         for row in doc[rows]:
-            print(json.dumps(row, ensure_ascii=False))
+            print(dumps(row))
     return fmt in ("json", "jsonl")
 
 
@@ -383,7 +393,7 @@ def cmd_embed(args: argparse.Namespace) -> int:
     meta = out.with_suffix(".jsonl")
     with open(f"{meta}.partial", "w", encoding="utf-8") as f:
         for c in chunks:
-            f.write(json.dumps(c.to_dict(), ensure_ascii=False) + "\n")
+            f.write(dumps(c.to_dict()) + "\n")
     vectors = np.lib.format.open_memmap(f"{out}.partial", mode="w+", dtype=np.float32,
                                         shape=(len(chunks), embedder.dim))
     _, stats = embed_texts([c.text for c in chunks], embedder, cache, progress=_progress(args), ray=args.ray,
@@ -399,13 +409,16 @@ def cmd_embed(args: argparse.Namespace) -> int:
     return 0
 
 
-def _embedded(args: argparse.Namespace) -> tuple[np.ndarray, list[Any]]:
-    """The vectors of --embeddings (memory-mapped) and their chunks, checked against each other."""
+def _embedded(args: argparse.Namespace) -> tuple[np.ndarray, list[Any] | None]:
+    """The vectors of --embeddings (memory-mapped) and their chunks, checked against each other.
+
+    The chunks come from --chunks, or from X.jsonl beside X.npy; without either the rows have no
+    text and are named by their index (None is returned for the chunks).
+    """
     from chunktree.engine.chunking import Chunk
 
     if args.paths or args.sample:
         raise InvalidValueError("give PATHs, --sample or --embeddings (one of them)")
-    chunks_path = args.chunks or args.embeddings.with_suffix(".jsonl")
     try:
         vectors = np.load(args.embeddings, mmap_mode="r")
     except (OSError, ValueError) as exc:
@@ -413,6 +426,9 @@ def _embedded(args: argparse.Namespace) -> tuple[np.ndarray, list[Any]]:
     if vectors.ndim != 2 or vectors.dtype not in (np.float32, np.float16, np.float64):
         raise InvalidValueError(f"--embeddings {args.embeddings}: need a 2-D float array; got {vectors.dtype} "
                                 f"{vectors.shape}")
+    chunks_path = args.chunks or args.embeddings.with_suffix(".jsonl")
+    if args.chunks is None and not chunks_path.exists():
+        return vectors, None
     chunks = []
     try:
         with chunks_path.open(encoding="utf-8") as f:
@@ -447,7 +463,9 @@ def cmd_order(args: argparse.Namespace) -> int:
                                     f"{embedder.dim}: the query must be embedded by the model that made the file")
         result = order(vectors, args.query, strategy=args.strategy, root=args.root, method=args.method,
                        k=args.neighbours, embedder=embedder, cache=_open_cache(args), ray=args.ray)
-        result, chunk_s = dataclasses.replace(result, items=chunks), 0.0  # the chunks give the provenance
+        if chunks is not None:  # the chunks give the provenance
+            result = dataclasses.replace(result, items=chunks)
+        chunk_s = 0.0
     else:
         embedder, chunks, chunk_s = _load_chunks(args)
         result = order(chunks, args.query, strategy=args.strategy, root=args.root, method=args.method,
@@ -459,16 +477,25 @@ def cmd_order(args: argparse.Namespace) -> int:
     if _printed_structured(doc, args.format, "chunks"):
         return 0
     weight = "" if doc["tree_weight"] is None else f", tree weight {doc['tree_weight']:.2f}"
-    print(f"{_corpus_line(chunks, doc['params'])}; strategy {doc['strategy']}, method {doc['method']}{weight}; root chunk {doc['root']}")
+    corpus = _corpus_line(chunks, doc["params"]) if chunks is not None else f"{doc['n_chunks']} vectors (no chunks file)"
+    print(f"{corpus}; strategy {doc['strategy']}, method {doc['method']}{weight}; root chunk {doc['root']}")
     order_s = doc["timings"]["total_s"] - doc["timings"]["embed_s"]
-    print(f"time: chunk {chunk_s:.2f} s | {_embed_line(doc['embedding'])} | order {order_s:.3f} s")
-    print(f"first {len(doc['chunks'])} of {len(chunks)} in reading order:")
+    embed = "embed 0 s (vectors given)" if doc["embedding"] is None else _embed_line(doc["embedding"])
+    print(f"time: chunk {chunk_s:.2f} s | {embed} | order {order_s:.3f} s")
+    print(f"first {len(doc['chunks'])} of {doc['n_chunks']} in reading order:")
     for row in doc["chunks"]:
-        where = f"{row['source']} [{row['start']}:{row['end']}]"
+        parts = [f"#{row['id']}"]
+        if row["source"] is not None:
+            parts.append(f"{row['source']} [{row['start']}:{row['end']}]")
         # "tree parent", not "after": under dense_tree a chunk can come before its parent in the tree.
-        link = "root" if row["parent"] is None else f"tree parent #{row['parent']} (sim {row['parent_similarity']:.3f})"
+        if row["parent"] is not None:
+            parts.append(f"tree parent #{row['parent']} (sim {row['parent_similarity']:.3f})")
+        elif row["id"] == doc["root"] and doc["tree_weight"] is not None:  # document and dense build no tree
+            parts.append("root")
         qs = "" if row["query_similarity"] is None else f", query sim {row['query_similarity']:.3f}"
-        print(f"{row['position'] + 1:>4}. #{row['id']} {where} {link}{qs}\n      {_snippet(row['text'])}")
+        print(f"{row['position'] + 1:>4}. {' '.join(parts)}{qs}")
+        if row["text"] is not None:
+            print(f"      {_snippet(row['text'])}")
     return 0
 
 
@@ -578,8 +605,7 @@ def cmd_eval_order(args: argparse.Namespace) -> int:
 
             print(f"\nwrote {eval_html(result, report, args.html)}")
     if args.json:
-        args.json.write_text(json.dumps({k: v for k, v in result.items() if k != "records"}, indent=1,
-                                        ensure_ascii=False), encoding="utf-8")
+        args.json.write_text(dumps({k: v for k, v in result.items() if k != "records"}, indent=1), encoding="utf-8")
         print(f"\nwrote {args.json}")
     return 0
 
@@ -632,7 +658,7 @@ def cmd_track(args: argparse.Namespace) -> int:
             d = forest.add(user, assistant)
             decisions.append(d.to_dict())
             if args.format == "jsonl":
-                print(json.dumps({"conversation": name, "turn": index, **d.to_dict()}, ensure_ascii=False))
+                print(dumps({"conversation": name, "turn": index, **d.to_dict()}))
             elif args.format == "text":
                 fits = ", ".join(f"topic {c.tree} {c.fit:.2f}" for c in d.candidates[:3])
                 where = "a new tree" if d.parent is None else f"after #{d.parent}"
@@ -651,7 +677,7 @@ def cmd_track(args: argparse.Namespace) -> int:
         out[name] = {"decisions": decisions, "forest": {k: v for k, v in forest.to_dict().items() if k != "vectors"},
                      "context": None if context is None else context.to_dict()}
     if args.format == "json":
-        print(json.dumps({"conversations": out}, ensure_ascii=False, indent=1))
+        print(dumps({"conversations": out}, indent=1))
     return 0
 
 
@@ -667,13 +693,13 @@ def cmd_eval_track(args: argparse.Namespace) -> int:
         result = calibrate(args.data, embedder=default_embedder(), cache=_open_cache(args), dialogues=args.dialogues,
                            length=args.lengths[0], seed=args.seed, progress=_progress(args))
         for row in result["top"]:
-            print(json.dumps(row))
+            print(dumps(row))
     else:
         result = evaluate(args.data, embedder=default_embedder(), cache=_open_cache(args), dialogues=args.dialogues,
                           lengths=tuple(args.lengths), seed=args.seed, progress=_progress(args))
         print(format_report(result))
     if args.json:
-        args.json.write_text(json.dumps(result, indent=1, default=str), encoding="utf-8")
+        args.json.write_text(dumps(result, indent=1), encoding="utf-8")
     return 0
 
 

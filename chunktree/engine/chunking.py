@@ -156,7 +156,9 @@ def _tokens(doc: Document, tokenizer: Any, bar: Any) -> tuple[np.ndarray, np.nda
     unknown_token = getattr(tokenizer.model, "unk_token", None)
     unknown_id = tokenizer.token_to_id(unknown_token) if unknown_token else None
     unknown = 0
-    starts, ends, levels = [], [], []
+    starts: list[np.ndarray] = []
+    ends: list[np.ndarray] = []
+    levels: list[np.ndarray] = []
     for p in range(0, len(pieces), PIECES_PER_PASS):
         group = pieces[p:p + PIECES_PER_PASS]
         encodings = tokenizer.encode_batch([text[s:e] for s, e in group], add_special_tokens=False)

@@ -2,8 +2,9 @@
 
 Supported inputs: ``.txt``, ``.md``/``.markdown``, ``.pdf`` (pypdf), ``.html``/``.htm`` (the
 page's main content, as Markdown, by trafilatura) and ``.jsonl`` (one document per line:
-``text``, optional ``id``, any other keys kept as metadata), given as files or folders (searched recursively, in sorted order). Every problem — an empty,
-binary, undecodable or unreadable file, a bad JSONL line — raises ``DocumentError`` naming the file.
+``text``, optional ``id``, any other keys kept as metadata), given as files or folders (searched
+recursively, in sorted order). Every problem — an empty, binary, undecodable or unreadable file, a
+bad JSONL line — raises ``DocumentError`` naming the file.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from chunktree.checks import InvalidValueError
+from chunktree.checks import InvalidValueError, MissingExtraError
 
 log = logging.getLogger(__name__)
 
@@ -216,12 +217,17 @@ def _read_html(path: Path, html: str) -> Document:
     """The page's main content as Markdown (trafilatura, leaning to recall): navigation, headers and
     footers left out, block elements on lines of their own, headings as ``#`` lines, emphasis as
     ``**``."""
-    import trafilatura
+    try:
+        import trafilatura
+    except ImportError as exc:  # e.g. an lxml without lxml_html_clean, which justext imports
+        raise MissingExtraError(f"{path}: reading HTML needs trafilatura and lxml_html_clean, and importing them "
+                                f"failed ({' '.join(str(exc).split())}): pip install trafilatura lxml_html_clean"
+                                ) from exc
 
     text = trafilatura.extract(html, output_format="markdown", include_formatting=True, include_tables=True,
                                include_links=False, include_images=False, include_comments=False,
                                favor_recall=True)
-    if not (text or "").strip():
+    if text is None or not text.strip():
         raise DocumentError(f"{path}: HTML page has no visible text")
     return _text_document(str(path), text, "markdown")
 

@@ -138,10 +138,11 @@ def prepare(
     if isinstance(items, (str, bytes)):
         raise InvalidTypeError(f"{name} must be a sequence of chunks or strings, or an array; got a single "
                                f"{type(items).__name__}")
+    query_vector = None
     if query is not None and not isinstance(query, str):
-        query = np.asarray(query)
-        if query.ndim != 1:
-            raise InvalidValueError(f"query must be a string or a vector (d,); got shape {query.shape}")
+        query_vector = np.asarray(query)
+        if query_vector.ndim != 1:
+            raise InvalidValueError(f"query must be a string or a vector (d,); got shape {query_vector.shape}")
     elif isinstance(query, str):
         text(query, "query")
     if _is_vectors(items):
@@ -149,7 +150,7 @@ def prepare(
         if x.ndim != 2:
             raise InvalidValueError(f"embeddings must be a 2-D array (n, d); got shape {x.shape}")
     else:
-        texts, given, x = texts_of(items, name), items, None
+        texts, given, x = texts_of(items, name), items, None  # type: ignore[arg-type]  # not vectors: a sequence
     n = len(items)
     if n == 0:
         raise InvalidValueError(f"need at least one chunk; got 0 {name}")
@@ -160,12 +161,13 @@ def prepare(
             x, stats = embed_texts(texts, embedder, cache, progress=progress, ray=ray)
     query_text = query if isinstance(query, str) else None
     if query_text is not None:
-        query = embed_texts([query_text], embedder, cache)[0][0]
+        query_vector = embed_texts([query_text], embedder, cache)[0][0]
     vectors = unit_rows(x, "embeddings")
     q = None
-    if query is not None:
-        if query.shape[0] != vectors.shape[1]:
+    if query_vector is not None:
+        if query_vector.shape[0] != vectors.shape[1]:
             raise InvalidValueError(f"query must be a string or a vector of {vectors.shape[1]} dims; "
-                                    f"got shape {query.shape}")
-        q = unit_rows(query[None, :], "query")[0]
-    return Inputs(vectors, q, query_text, given, texts, stats, embedder if texts is not None else None)
+                                    f"got shape {query_vector.shape}")
+        q = unit_rows(query_vector[None, :], "query")[0]
+    return Inputs(vectors, q, query_text, given, texts, stats,  # type: ignore[arg-type]  # given: not vectors
+                  embedder if texts is not None else None)

@@ -127,7 +127,7 @@ class MiniBatchKMeans:
         size = min(n, self.init_size or max(3 * self.batch_size, min(100 * k, SEEDING_ROWS)))
         sample = np.sort(rng.choice(n, size=size, replace=False)) if size < n else np.arange(n)
         xs = x[sample]
-        best, best_inertia = None, math.inf
+        best, best_inertia = xs[:0], math.inf
         for _ in range(self.n_init):  # keep the seeding with the lowest inertia on the sample
             centers = xs[kmeans_plusplus(xs, k, rng)]
             inertia = float(assign(xs, centers)[1].sum(dtype=np.float64))

@@ -231,11 +231,11 @@ def order(
         integer(root, "root (a chunk index)", 0, n - 1)
     qsim = None if q is None else x @ q
     params: dict[str, Any] = {"n": n, "dims": d, "duplicates": int((inputs.first_copies() != np.arange(n)).sum())}
-    done = {"query": inputs.query_text, "embedding": inputs.embedding, "items": inputs.items}
+    done: dict[str, Any] = {"query": inputs.query_text, "embedding": inputs.embedding, "items": inputs.items}
 
     if strategy in ("document", "dense"):
         ids = np.arange(n, dtype=np.int64)
-        seq = ids if strategy == "document" else np.lexsort((ids, -qsim)).astype(np.int64)
+        seq = ids if strategy == "document" or qsim is None else np.lexsort((ids, -qsim)).astype(np.int64)
         timings["total_s"] = time.perf_counter() - t0
         return OrderResult(seq, int(seq[0]), None, None, qsim, float("nan"), strategy, "none", params,
                            timings, **done)

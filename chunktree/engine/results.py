@@ -7,8 +7,11 @@ so both always say the same thing. Parameters and timings are separate fields of
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any
+
+import numpy as np
 
 from chunktree.engine.chunking import Chunk
 
@@ -21,6 +24,28 @@ def json_float(value: Any) -> float | None:
         return None
     v = float(value)
     return None if math.isnan(v) else v
+
+
+def finite(value: Any) -> Any:
+    """``value`` with every NaN or infinite float in it (also NumPy scalars and arrays, inside dicts,
+    lists and tuples) as None, and NumPy values as Python ones: what strict JSON can hold."""
+    if isinstance(value, dict):
+        return {k: finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite(v) for v in value]
+    if isinstance(value, np.ndarray):
+        return finite(value.tolist())
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    return value
+
+
+def dumps(value: Any, *, indent: int | None = None) -> str:
+    """Strict JSON (RFC 8259): non-finite numbers become null (``finite``), never ``NaN``, which
+    strict parsers (``jq``, a browser's ``JSON.parse``) refuse; text is kept as UTF-8."""
+    return json.dumps(finite(value), ensure_ascii=False, indent=indent, allow_nan=False, default=str)
 
 
 def chunk_fields(item: Chunk | str | None) -> dict[str, Any]:

@@ -16,10 +16,9 @@ the projected n at which the budgets run out), ``scale.json`` and, with matplotl
 
 from __future__ import annotations
 
-import json
+import logging
 import multiprocessing
 import os
-import logging
 import resource
 import time
 from collections.abc import Callable, Sequence
@@ -30,6 +29,7 @@ from typing import Any
 import numpy as np
 
 from chunktree.checks import InvalidValueError, integer, number, require
+from chunktree.engine.results import dumps
 from chunktree.kernels.topk import exact_sims_of_rows, recall_of_rows
 
 log = logging.getLogger(__name__)
@@ -191,7 +191,7 @@ def projected_limits(sizes: Sequence[SizeResult], time_budget_s: float, memory_b
                               ("memory", memory_budget_mb - base, _grown)):
         fit = _power_fit([r.n for r in last], [key(r) for r in last])
         ok = fit is not None and fit[0] > 0 and budget > 0
-        out[name] = float(np.exp((np.log(budget) - fit[1]) / fit[0])) if ok else None
+        out[name] = float(np.exp((np.log(budget) - fit[1]) / fit[0])) if fit is not None and ok else None
     return out
 
 
@@ -310,7 +310,7 @@ def write_report(s: Sweep, folder: str | os.PathLike[str], plots: bool = True) -
         lines.append(f"- stopped: {s.stopped}")
     written = [folder / "report.md", folder / "scale.json"]
     written[0].write_text("\n".join(lines) + "\n", encoding="utf-8")
-    written[1].write_text(json.dumps(doc, indent=1), encoding="utf-8")
+    written[1].write_text(dumps(doc, indent=1), encoding="utf-8")
     if plots and s.sizes:
         written += _plots(s, folder)
     return written

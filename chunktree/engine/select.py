@@ -206,7 +206,7 @@ def select(
     if k is None:
         counts = _token_counts(tokens, n) if tokens is not None else inputs.token_counts()
         mean_tokens = max(float(counts.mean()), 1.0)
-        k = int(budget_tokens // (mean_tokens * per_cluster))
+        k = int(budget_tokens // (mean_tokens * per_cluster))  # type: ignore[operator]  # checked above: k or budget_tokens
         if k < 1:
             raise InvalidValueError(f"budget_tokens={budget_tokens} is below one representative "
                                     f"(mean chunk {mean_tokens:.0f} tokens x per_cluster {per_cluster})")
@@ -244,8 +244,8 @@ def select(
     chunks = inputs.chunks
     clusters, kept = [], []
     relabel = np.empty(n, dtype=np.int64)
-    for cid, (c, nearest, members) in enumerate(found):
-        kept.append(c)
+    for cid, (label, nearest, members) in enumerate(found):
+        kept.append(label)
         relabel[members] = cid
         members.flags.writeable = False
         clusters.append(Cluster(

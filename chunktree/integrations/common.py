@@ -129,14 +129,15 @@ class Ranking:
         result = order(x, q, strategy=self.strategy, method=self.method)
         position = np.empty(len(texts), np.int64)
         position[result.order] = np.arange(len(texts))
-        out = []
+        out: list[Any] = []
         for pos, i in enumerate(result.order[:top_k].tolist()):
             p = None if result.parent is None or result.parent[i] < 0 else int(result.parent[i])
             out.append((i, {
                 "position": pos, "index": i, "strategy": self.strategy,
                 "parent_position": None if p is None else int(position[p]),
                 "parent_id": None if p is None else ids[p],
-                "parent_similarity": None if p is None else json_float(result.parent_similarity[i]),
+                "parent_similarity": None if p is None or result.parent_similarity is None
+                else json_float(result.parent_similarity[i]),
                 "query_similarity": None if result.query_similarity is None else float(result.query_similarity[i]),
             }))
         return out
@@ -150,7 +151,7 @@ class Ranking:
             return []
         x = self.vectors(texts, embeddings)
         result = select(x, min(k, len(texts)), per_cluster=per_cluster, seed=seed)
-        out = []
+        out: list[Any] = []
         for c in result.clusters:
             for i, d in zip(c.representatives, c.distances):
                 out.append((i, {"position": len(out), "index": i, "cluster": c.id, "cluster_size": c.size,

@@ -34,13 +34,14 @@ def _texts(documents: list[Document]) -> list[str]:
             raise InvalidTypeError(f"documents[{i}] must be a haystack Document; got {type(d).__name__}")
         if d.content is None:
             raise InvalidTypeError(f"documents[{i}] (id {d.id}) has no text content")
-    return [d.content for d in documents]
+    return [d.content or "" for d in documents]  # None was refused above
 
 
 class _Serialised:
     """``to_dict``/``from_dict`` of a component whose init parameters are ``self._init``."""
 
     _init: dict[str, Any]
+    _ranking: Ranking
 
     def to_dict(self) -> dict[str, Any]:
         return default_to_dict(self, **self._init)

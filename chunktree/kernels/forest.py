@@ -12,6 +12,7 @@ the final spanning forest may join two components by more than one edge, as the 
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import numba
 import numpy as np
@@ -181,7 +182,7 @@ def _best_edges_into(x: np.ndarray, rows: np.ndarray, cols: np.ndarray, per: int
     # Quantised column blocks, in two sets of one per thread: thread t quantises block g + t of
     # each group g of len(parts) blocks while the others' products of the previous group may still
     # read the other set.
-    blocks: list = [None] * (2 * len(parts))
+    blocks: list[Any] = [None] * (2 * len(parts))
     barrier = threading.Barrier(len(parts))
 
     def column_block(b: int) -> tuple[np.ndarray, float]:
@@ -198,7 +199,7 @@ def _best_edges_into(x: np.ndarray, rows: np.ndarray, cols: np.ndarray, per: int
                     right, scale = blocks[b % len(blocks)]
                     for r0 in parts[t].tolist():
                         r1 = r0 + ROW_STEP
-                        y = int8.product(left[r0:r1], right) if quantised else x[rows[r0:r1]] @ right
+                        y = int8.product(left[r0:r1], right) if quantised else x[rows[r0:r1]] @ right  # type: ignore[index]
                         _keep_best(y, scale, b * COLUMN_BLOCK, pos[r0:r1], score[r0:r1])
         except threading.BrokenBarrierError:
             return  # another thread failed, and its error is raised
@@ -219,7 +220,7 @@ def _best_edges_into(x: np.ndarray, rows: np.ndarray, cols: np.ndarray, per: int
             score[r0:r1] = np.einsum("id,imd->im", x[rows[r0:r1]], x[cols[np.where(found[r0:r1], pos[r0:r1], 0)]])
         score[~found] = -np.inf
         best = np.lexsort((pos, -score), axis=1)[:, :per]  # ties: the earlier column
-        pos, score, found = (np.take_along_axis(a, best, axis=1) for a in (pos, score, found))
+        pos, score, found = (np.take_along_axis(a, best, axis=1) for a in (pos, score, found))  # type: ignore[assignment]
     return np.where(found, cols[np.where(found, pos, 0)], -1), score
 
 
@@ -275,7 +276,8 @@ def _pair_edges(x: np.ndarray, groups: list[np.ndarray], centres: np.ndarray, pa
             if p not in best or v > best[p][2]:
                 best[p] = (i, j, v) if first else (j, i, v)
             start += r.size
-    spare_edges = tuple(np.concatenate([part[c] for part in spare]) for c in range(3))
+    spare_edges = (np.concatenate([part[0] for part in spare]), np.concatenate([part[1] for part in spare]),
+                   np.concatenate([part[2] for part in spare]))
     return [best[p] for p in range(len(pairs))], spare_edges
 
 

@@ -299,7 +299,7 @@ def refine_with_neighbours_of_neighbours(x: np.ndarray, ids: np.ndarray, sims: n
     neighbours' neighbours row by row, which read a random row of ``x`` for each of its ~260
     candidates and was bound by memory (one-off), for the same recall.
     """
-    n, k = ids.shape
+    n, _k = ids.shape
     m = graph.shape[1]
     out_ids, out_sims = ids.copy(), sims.copy()
     parts = numba.get_num_threads()

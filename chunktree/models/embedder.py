@@ -15,8 +15,7 @@ from pathlib import Path
 import numpy as np
 
 from chunktree.checks import InvalidTypeError, InvalidValueError, positive_int
-from chunktree.models import registry
-from chunktree.models.quantize import META_WINDOWS_ALONE
+from chunktree.models import onnx_file, registry
 from chunktree.progress import tracked
 
 log = logging.getLogger(__name__)
@@ -73,28 +72,28 @@ class Embedder:
         options.inter_op_num_threads = 1
         self._session = ort.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])
         meta = self._session.get_modelmeta().custom_metadata_map
-        required = [registry.META_MODEL_ID, registry.META_WINDOW, registry.META_DIM, registry.META_TOKENIZER]
+        required = [onnx_file.META_MODEL_ID, onnx_file.META_WINDOW, onnx_file.META_DIM, onnx_file.META_TOKENIZER]
         missing = [k for k in required if k not in meta]
         if missing:
             raise InvalidValueError(
                 f"model file {self.path} lacks the metadata {missing}; write it with 'chunktree export'"
             )
-        self.model_id: str = meta[registry.META_MODEL_ID]
-        self.name: str = meta.get(registry.META_NAME, self.path.stem)
-        self.window: int = int(meta[registry.META_WINDOW])
-        self.dim: int = int(meta[registry.META_DIM])
+        self.model_id: str = meta[onnx_file.META_MODEL_ID]
+        self.name: str = meta.get(onnx_file.META_NAME, self.path.stem)
+        self.window: int = int(meta[onnx_file.META_WINDOW])
+        self.dim: int = int(meta[onnx_file.META_DIM])
         # For counting tokens (the chunker): whole texts, no padding, no truncation.
-        self.tokenizer = Tokenizer.from_str(meta[registry.META_TOKENIZER])
+        self.tokenizer = Tokenizer.from_str(meta[onnx_file.META_TOKENIZER])
         self.tokenizer.no_padding()
         self.tokenizer.no_truncation()
         # For the model: windows of at most `window` tokens, special tokens included in each.
-        self._window_tokenizer = Tokenizer.from_str(meta[registry.META_TOKENIZER])
+        self._window_tokenizer = Tokenizer.from_str(meta[onnx_file.META_TOKENIZER])
         self._window_tokenizer.no_padding()
         self._window_tokenizer.enable_truncation(self.window, stride=0)
         self.special_tokens: int = self.tokenizer.post_processor.num_special_tokens_to_add(False)
         # int8 models compute activation scales over the whole input: each window runs alone, so a
         # text's vector does not depend on the batch around it (``quantize``).
-        self.windows_alone: bool = meta.get(META_WINDOWS_ALONE) == "1"
+        self.windows_alone: bool = meta.get(onnx_file.META_WINDOWS_ALONE) == "1"
         pad = self.tokenizer.padding
         self._pad_id = 0 if pad is None else int(pad["pad_id"])
 

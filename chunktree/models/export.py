@@ -17,11 +17,12 @@ import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from chunktree.checks import InvalidValueError, require
-from chunktree.models import registry
+from chunktree.models import onnx_file
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ class ExportReport:
     min_cosine: float
 
 
-def _import_torch():  # type: ignore[no-untyped-def]
+def _import_torch() -> tuple[Any, Any]:
     torch = require("torch", "export", "chunktree export")
     transformers = require("transformers", "export", "chunktree export")
     return torch, transformers
@@ -94,12 +95,12 @@ def export_model(model_dir: str | os.PathLike[str], output: str | os.PathLike[st
     if window > model.config.max_position_embeddings:
         raise InvalidValueError(f"window must be <= max_position_embeddings={model.config.max_position_embeddings}; got {window}")
 
-    class MeanPooled(torch.nn.Module):  # type: ignore[misc]
+    class MeanPooled(torch.nn.Module):  # type: ignore[name-defined]  # torch is imported at run time
         def __init__(self) -> None:
             super().__init__()
             self.encoder = model
 
-        def forward(self, input_ids, attention_mask):  # type: ignore[no-untyped-def]
+        def forward(self, input_ids: Any, attention_mask: Any) -> Any:
             hidden = self.encoder(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state
             mask = attention_mask.unsqueeze(-1).to(hidden.dtype)
             pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1e-9)
@@ -125,11 +126,11 @@ def export_model(model_dir: str | os.PathLike[str], output: str | os.PathLike[st
     backend.no_padding()
     name = name or model_dir.resolve().name
     metadata = {
-        registry.META_MODEL_ID: f"{name}@sha256:{_weights_digest(model_dir)[:16]}",
-        registry.META_NAME: name,
-        registry.META_WINDOW: str(window),
-        registry.META_DIM: str(model.config.hidden_size),
-        registry.META_TOKENIZER: backend.to_str(),
+        onnx_file.META_MODEL_ID: f"{name}@sha256:{_weights_digest(model_dir)[:16]}",
+        onnx_file.META_NAME: name,
+        onnx_file.META_WINDOW: str(window),
+        onnx_file.META_DIM: str(model.config.hidden_size),
+        onnx_file.META_TOKENIZER: backend.to_str(),
     }
     del proto.metadata_props[:]
     for key, value in metadata.items():
@@ -142,7 +143,7 @@ def export_model(model_dir: str | os.PathLike[str], output: str | os.PathLike[st
         output.unlink()
         raise InvalidValueError(f"exported model disagrees with PyTorch: min cosine {min_cos:.6f} < {MIN_COSINE}")
     log.info("exported %s to %s: min cosine %.7f", model_dir, output, min_cos)
-    return ExportReport(metadata[registry.META_MODEL_ID], window, model.config.hidden_size, len(CHECK_TEXTS), min_cos)
+    return ExportReport(metadata[onnx_file.META_MODEL_ID], window, model.config.hidden_size, len(CHECK_TEXTS), min_cos)
 
 
 def _check(path: Path, tokenizer: object, wrapped: object, window: int, torch: object) -> float:

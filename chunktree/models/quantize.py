@@ -19,11 +19,12 @@ import logging
 import tempfile
 from pathlib import Path
 
+from chunktree.models.onnx_file import META_MODEL_ID, META_NAME, META_WINDOWS_ALONE, write_model
+
 log = logging.getLogger(__name__)
 
 # Bump when the recipe below changes, so stale cached builds are not reused.
 QUANT_VERSION = 1
-META_WINDOWS_ALONE = "chunktree.windows_alone"
 # Weight matrices kept in fp32: the down-projections whose quantisation cost the most agreement.
 FP32_WEIGHTS = ("encoder.layer.0.output.dense.weight_t", "encoder.layer.1.output.dense.weight_t")
 
@@ -33,7 +34,6 @@ def build_int8(fp32_path: Path, target: Path, name: str) -> None:
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-    from chunktree.models import registry
 
     log.info("quantising %s to int8 as %s (once per machine)", fp32_path.name, name)
     model = onnx.load(str(fp32_path))
@@ -50,10 +50,10 @@ def build_int8(fp32_path: Path, target: Path, name: str) -> None:
         quantize_dynamic(str(named), str(quantised), weight_type=QuantType.QInt8, per_channel=True,
                          op_types_to_quantize=["MatMul"], nodes_to_exclude=keep)
         out = onnx.load(str(quantised))
-        meta.update({registry.META_MODEL_ID: f"{name}@{meta[registry.META_MODEL_ID].split('@', 1)[1]}+q{QUANT_VERSION}",
-                     registry.META_NAME: name, META_WINDOWS_ALONE: "1"})
+        meta.update({META_MODEL_ID: f"{name}@{meta[META_MODEL_ID].split('@', 1)[1]}+q{QUANT_VERSION}",
+                     META_NAME: name, META_WINDOWS_ALONE: "1"})
         del out.metadata_props[:]
         for key, value in meta.items():
             entry = out.metadata_props.add()
             entry.key, entry.value = key, value
-        registry.write_model(out, target)
+        write_model(out, target)

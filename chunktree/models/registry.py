@@ -13,26 +13,17 @@ import importlib
 import importlib.metadata
 import json
 import logging
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from chunktree.checks import ChunktreeError
+from chunktree.models.onnx_file import META_DIM, META_MODEL_ID, META_NAME, META_TOKENIZER, META_WINDOW, write_model
 from chunktree.paths import cache_dir
 
 log = logging.getLogger(__name__)
 
 # Bump when bert_onnx changes the graph it writes, so stale cached builds are not reused.
 BUILDER_VERSION = 1
-
-# Keys of the ONNX metadata_props that make a model file self-describing.
-META_MODEL_ID = "chunktree.model_id"
-META_NAME = "chunktree.name"
-META_WINDOW = "chunktree.window"
-META_DIM = "chunktree.dim"
-META_TOKENIZER = "chunktree.tokenizer"
 
 
 @dataclass(frozen=True)
@@ -96,7 +87,7 @@ def weights_dir(desc: ModelDescription) -> Path:
         raise ModelNotInstalledError(
             f"the weights of {desc.name} are not installed; install them with: {desc.install_command}"
         ) from exc
-    folder = Path(module.__file__).resolve().parent / desc.subdir
+    folder = Path(module.__file__ or desc.module).resolve().parent / desc.subdir
     missing = [f for f in ("config.json", "model.safetensors", "tokenizer.json") if not (folder / f).is_file()]
     if missing:
         raise ModelNotInstalledError(
@@ -143,17 +134,3 @@ def build_onnx(desc: ModelDescription, source: Path, target: Path) -> None:
         META_TOKENIZER: (source / "tokenizer.json").read_text(encoding="utf-8"),
     }
     write_model(build_bert_onnx(load_file(str(weights_file)), config, metadata), target)
-
-
-def write_model(model: Any, target: Path) -> None:
-    """Write an ``onnx.ModelProto`` to ``target`` beside it and rename: concurrent builders never
-    see a partial file."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".onnx.tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(model.SerializeToString())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -110,9 +110,10 @@ def score_dialogue(turns: list[Turn], trees: list[int], contexts: list[tuple[lis
     recall = tp / gold_b.sum() if gold_b.sum() else 1.0
     out.update(boundary_precision=precision, boundary_recall=recall,
                boundary_f1=2 * precision * recall / (precision + recall) if precision + recall else 0.0)
-    k = max(1, int(round(len(turns) / (gold_b.sum() + 1) / 2)))
+    k = max(1, round(len(turns) / (gold_b.sum() + 1) / 2))
     out["pk"], out["windowdiff"] = _segmentation_errors(gold_b, pred_b, k)
-    returns, last_turn = [], {}
+    returns: list[bool] = []
+    last_turn: dict[int, int] = {}
     for i, s in enumerate(stories):
         if i and s != stories[i - 1] and s in last_turn:
             returns.append(pred[i] == pred[last_turn[s]])

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
+from strict_json import loads
 
 from chunktree.apps.cli import main
 
@@ -49,7 +50,7 @@ def test_embed_writes_vectors_and_provenance(tmp_path, cli, corpus, embedder):
     r = run("embed", str(corpus), "-o", str(out), "--cache", str(cache), "--chunk-tokens", "64", "--overlap", "8")
     assert r.returncode == 0, r.stderr
     vectors = np.load(out)
-    rows = [json.loads(line) for line in out.with_suffix(".jsonl").read_text(encoding="utf-8").splitlines()]
+    rows = [loads(line) for line in out.with_suffix(".jsonl").read_text(encoding="utf-8").splitlines()]
     assert vectors.shape == (len(rows), 384) and len(rows) > 5
     assert sorted(p.name for p in out.parent.iterdir()) == ["vecs.jsonl", "vecs.npy"]  # no .partial left
     sources = {row["source"] for row in rows}
@@ -89,6 +90,15 @@ def test_an_output_folder_that_cannot_be_made_fails_before_any_work(tmp_path, cl
     assert r.returncode == 2 and "cannot create the folder" in r.stderr and "a-file" in r.stderr
 
 
+def test_a_folder_with_html_and_no_html_extractor_is_one_error_line(tmp_path, cli, monkeypatch):
+    (tmp_path / "page.html").write_text("<html><body><p>The sperm whale dives deep.</p></body></html>",
+                                        encoding="utf-8")
+    monkeypatch.setitem(sys.modules, "trafilatura", None)  # as when lxml_html_clean is missing
+    r = cli("order", tmp_path, "--no-cache")
+    assert r.returncode == 2 and "Traceback" not in r.stderr
+    assert r.stderr.count("\n") == 1 and "pip install trafilatura lxml_html_clean" in r.stderr
+
+
 def test_error_lines_from_a_real_process(tmp_path):
     r = run("order", "missing.txt", cwd=tmp_path)
     assert r.returncode == 2 and "missing.txt: no such file or folder" in r.stderr and "Traceback" not in r.stderr
@@ -115,7 +125,7 @@ def test_order_json(tmp_path, cli, corpus, embedder):
     r = cli("order", str(corpus), "--query", "How deep does the whale dive?", "--format", "json",
             "--cache", str(tmp_path / "c.sqlite"), "--chunk-tokens", "64", "--overlap", "0")
     assert r.returncode == 0, r.stderr
-    doc = json.loads(r.stdout)
+    doc = loads(r.stdout)
     assert {"order", "root", "method", "tree_weight", "chunks", "params", "timings", "embedding"} <= set(doc)
     assert doc["embedding"]["model"] == embedder.model_id and doc["query"] == "How deep does the whale dive?"
     assert {"chunk_s", "embed_s", "tree_s", "traverse_s", "total_s"} == set(doc["timings"])
@@ -141,11 +151,29 @@ def test_order_text_summary(tmp_path, cli, corpus):
     assert "tree parent #" in r.stdout and "after #" not in r.stdout
 
 
+def test_order_text_without_a_tree_names_no_root(tmp_path, cli, corpus):
+    r = cli("order", str(corpus), "--strategy", "dense", "-q", "sperm whale", "--top", "4", "--no-cache",
+            "--chunk-tokens", "64")
+    assert r.returncode == 0, r.stderr
+    rows = [line for line in r.stdout.splitlines() if line.lstrip()[:2] in ("1.", "2.", "3.", "4.")]
+    links = [row.rsplit("]", 1)[1] for row in rows]  # what follows the provenance
+    assert len(rows) == 4 and all("root" not in link and "tree parent" not in link for link in links)
+    sims = [float(row.rsplit("query sim ", 1)[1]) for row in rows]
+    assert sims == sorted(sims, reverse=True)  # dense: descending query similarity
+
+
+def test_select_text_summary(tmp_path, cli, corpus):
+    r = cli("select", str(corpus), "-k", "2", "--no-cache", "--chunk-tokens", "64")
+    assert r.returncode == 0, r.stderr
+    assert "-> 2 clusters (k=2), 1 representative(s) each" in r.stdout and "time: chunk" in r.stdout
+    assert r.stdout.count("cluster ") >= 2 and "distance " in r.stdout
+
+
 def test_select_json(tmp_path, cli, corpus):
     r = cli("select", str(corpus), "-k", "2", "--per-cluster", "2", "--format", "json",
             "--cache", str(tmp_path / "c.sqlite"), "--chunk-tokens", "64", "--overlap", "0")
     assert r.returncode == 0, r.stderr
-    doc = json.loads(r.stdout)
+    doc = loads(r.stdout)
     assert doc["k"] == 2 and len(doc["clusters"]) == 2
     members = sorted(i for c in doc["clusters"] for i in c["members"])
     assert members == list(range(doc["n_chunks"]))
@@ -176,9 +204,9 @@ def test_read_extractive(tmp_path, cli, corpus):
     assert r.returncode == 0, r.stderr
     assert "worker steps (extractive reader), 0 failed" in r.stdout and "answer:" in r.stdout
     assert "The sperm whale dives deep" in r.stdout
-    steps = [json.loads(line) for line in trace.read_text().splitlines()]
+    steps = [loads(line) for line in trace.read_text().splitlines()]
     assert steps and all(s["memory_tokens"] <= 40 for s in steps)
-    doc = json.loads(cli("read", str(corpus), "--query", "How deep does the whale dive?", "--extractive",
+    doc = loads(cli("read", str(corpus), "--query", "How deep does the whale dive?", "--extractive",
                          "--memory-tokens", "40", "--cache", str(tmp_path / "c.sqlite"), "--chunk-tokens", "64",
                          "--format", "json").stdout)
     assert doc["reader"] == "extractive" and "The sperm whale dives deep" in doc["answer"]
@@ -221,7 +249,7 @@ def test_eval_order_on_a_tiny_squad_file(tmp_path, cli):
     out = tmp_path / "result.json"
     r = cli("eval-order", str(path), "--budget", "1.0", "--json", str(out), "--cache", str(tmp_path / "c.sqlite"))
     assert r.returncode == 0, r.stderr
-    result = json.loads(out.read_text())
+    result = loads(out.read_text())
     assert result["summary"]["all"]["questions"] == 2
     orders = result["summary"]["all"]["orders"]
     for m in orders.values():  # the whole article fits the memory: nothing is lost
@@ -233,7 +261,7 @@ def test_eval_order_on_a_tiny_squad_file(tmp_path, cli):
     assert bad.returncode == 2 and "budget (a fraction of the passage) must be a number in (0.0, 1.0]" in bad.stderr
     one = cli("eval-order", str(path), "--limit", "1", "--json", str(out), "--cache", str(tmp_path / "c.sqlite"),
               "--html", tmp_path / "eval.html")
-    assert one.returncode == 0 and json.loads(out.read_text())["summary"]["all"]["questions"] == 1
+    assert one.returncode == 0 and loads(out.read_text())["summary"]["all"]["questions"] == 1
     assert "What lit the lamps?" in (tmp_path / "eval.html").read_text(encoding="utf-8")  # the first question
 
 
@@ -296,7 +324,7 @@ def test_eval_order_with_an_llm_reader(tmp_path, cli):
                 "--llm-cache", tmp_path / "llm.sqlite", "--cache", tmp_path / "c.sqlite")
     assert r.returncode == 0, r.stderr
     assert "LLM reader first-read" in r.stdout and "| dense | 100.0" in r.stdout
-    report = json.loads(out.read_text())
+    report = loads(out.read_text())
     assert report["summary"]["all"]["orders"]["dense"]["em"]["mean"] == 1.0
     assert report["tokens"]["calls"] == len(report["orders"]) * 2  # one worker call and the manager per read
 
@@ -316,7 +344,7 @@ def test_track_prints_decisions_the_forest_and_the_context(tmp_path, cli):
     assert "context for the next turn:" in r.stdout and "topic 0 (2 turns)" in r.stdout
     assert (tmp_path / "forests" / "default.json").is_file() and (tmp_path / "forests" / "other.json").is_file()
     r = cli("track", path, "--format", "jsonl", "--no-cache")
-    rows = [json.loads(line) for line in r.stdout.splitlines()]
+    rows = [loads(line) for line in r.stdout.splitlines()]
     assert [(row["conversation"], row["action"]) for row in rows] == [
         ("default", "new_topic"), ("default", "continue"), ("default", "new_topic"), ("other", "new_topic")]
 
@@ -331,10 +359,10 @@ def test_track_names_a_bad_line_before_any_work(tmp_path, cli):
 def test_order_from_embeddings_equals_order_from_the_texts(tmp_path, cli, corpus):
     out = tmp_path / "e.npy"
     assert cli("embed", corpus, "-o", out, "--no-cache").returncode == 0
-    direct = json.loads(cli("order", corpus, "--format", "json", "--no-cache", "-q", "sperm whale").stdout)
+    direct = loads(cli("order", corpus, "--format", "json", "--no-cache", "-q", "sperm whale").stdout)
     r = cli("order", "--embeddings", out, "--format", "json", "--no-cache", "-q", "sperm whale")
     assert r.returncode == 0, r.stderr
-    embedded = json.loads(r.stdout)
+    embedded = loads(r.stdout)
     assert embedded["order"] == direct["order"] and embedded["root"] == direct["root"]
     assert [c["text"] for c in embedded["chunks"]] == [c["text"] for c in direct["chunks"]]
     assert embedded["embedding"] is None  # nothing was embedded but the query
@@ -343,13 +371,37 @@ def test_order_from_embeddings_equals_order_from_the_texts(tmp_path, cli, corpus
     assert bad.returncode == 2 and "has 1 chunks" in bad.stderr and "rows but --chunks" in bad.stderr
 
 
+def test_order_from_embeddings_prints_text_with_or_without_chunks(tmp_path, cli, corpus):
+    out = tmp_path / "e.npy"
+    assert cli("embed", corpus, "-o", out, "--no-cache", "--chunk-tokens", "64").returncode == 0
+    n = np.load(out).shape[0]
+    r = cli("order", "--embeddings", out, "--no-cache", "--top", "3")
+    assert r.returncode == 0, r.stderr
+    assert f"{n} chunks from 2 source(s)" in r.stdout and "embed 0 s (vectors given)" in r.stdout
+    assert "   1. #" in r.stdout and str(corpus) in r.stdout  # provenance from e.jsonl beside e.npy
+    # A user's own vectors, no chunks file: rows are named by index, and the order is the same.
+    own = tmp_path / "own" / "vectors.npy"
+    own.parent.mkdir()
+    own.write_bytes(out.read_bytes())
+    mine = cli("order", "--embeddings", own, "--no-cache", "--format", "json")
+    assert mine.returncode == 0, mine.stderr
+    doc = loads(mine.stdout)
+    assert doc["order"] == loads(cli("order", "--embeddings", out, "--no-cache", "--format", "json").stdout)["order"]
+    assert all(row["source"] is None and row["text"] is None for row in doc["chunks"])
+    text = cli("order", "--embeddings", own, "--no-cache", "--top", "2")
+    assert text.returncode == 0, text.stderr
+    assert f"{n} vectors (no chunks file)" in text.stdout and f"   1. #{doc['root']} root" in text.stdout
+    missing = cli("order", "--embeddings", own, "--chunks", tmp_path / "nope.jsonl", "--no-cache")
+    assert missing.returncode == 2 and "nope.jsonl: cannot read it" in missing.stderr
+
+
 def test_order_and_select_write_pictures(tmp_path, cli, corpus):
     cache = str(tmp_path / "c.sqlite")
     r = cli("order", str(corpus), "-q", "What does the whale hunt?", "--format", "json", "--chunk-tokens", "64",
             "--overlap", "0", "--html", tmp_path / "pics" / "tree.html", "--png", tmp_path / "pics" / "tree.png",
             "--cache", cache)
     assert r.returncode == 0, r.stderr
-    n = json.loads(r.stdout)["n_chunks"]
+    n = loads(r.stdout)["n_chunks"]
     page = (tmp_path / "pics" / "tree.html").read_text(encoding="utf-8")
     assert "Chow-Liu tree" in page and f"{n:,} chunks" in page and "plotly" in page
     assert (tmp_path / "pics" / "tree.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -18,6 +18,14 @@ from chunktree.apps.serve import Limits, create_app
 # Its module-scoped fixture is built once: every test of the file runs on one xdist worker.
 pytestmark = pytest.mark.xdist_group("test_serve")
 
+
+@pytest.fixture(autouse=True)
+def strict_json_answers(monkeypatch):
+    """Every response body these tests read must be strict JSON (no NaN or Infinity)."""
+    from strict_json import loads
+
+    monkeypatch.setattr(httpx.Response, "json", lambda self, **kwargs: loads(self.text))
+
 SENTENCES = ["The whale surfaced near the ship.", "Ahab paced the quarter-deck all night.",
              "Oil casks filled the hold.", "The white whale was seen again at dawn."]
 
@@ -78,6 +86,28 @@ def test_openai_client_embeddings_equal_in_process(service, embedder):
         client.embeddings.create(model="text-embedding-3-small", input="Call me Ishmael.")
     assert unknown.value.body["code"] == "model_not_found" and unknown.value.body["param"] == "model"
     assert "this server serves 'all-MiniLM-L6-v2'" in unknown.value.body["message"]
+
+
+def test_openai_client_lists_and_retrieves_the_served_model(service, embedder):
+    from openai import NotFoundError, OpenAI
+
+    client = OpenAI(base_url=service.url + "/v1", api_key="unused")
+    (model,) = client.models.list().data
+    assert model.id == embedder.model_id and model.object == "model" and model.owned_by == "chunktree"
+    assert abs(model.created - time.time()) < 24 * 3600
+    assert client.models.retrieve("all-MiniLM-L6-v2").id == client.models.retrieve(embedder.model_id).id == model.id
+    with pytest.raises(NotFoundError) as missing:
+        client.models.retrieve("gpt-4")
+    assert missing.value.body["code"] == "model_not_found"
+
+
+@pytest.mark.parametrize("method, path, status", [("GET", "/v1/nothing-here", 404), ("GET", "/v1/order", 405),
+                                                  ("DELETE", "/v1/embeddings", 405)])
+def test_unknown_paths_and_methods_answer_json_errors(service, method, path, status):
+    r = httpx.request(method, service.url + path)
+    assert r.status_code == status and r.headers["content-type"].startswith("application/json")
+    error = r.json()["error"]
+    assert path in error["message"] and error["type"] in ("not_found_error", "invalid_request_error")
 
 
 def test_base64_is_little_endian_float32(service, embedder):

@@ -97,7 +97,7 @@ def test_a_damaged_file_is_moved_aside_and_replaced(tmp_path, caplog, damage):
     data = path.read_bytes()
     path.write_bytes(b"this is not sqlite " * 200 if damage == "garbage" else data[: len(data) // 3])
     with EmbeddingCache(path) as cache:  # no traceback: the run goes on with a new cache
-        vectors, found = cache.get("m", texts, 8)
+        _vectors, found = cache.get("m", texts, 8)
         assert not found.all()
         cache.put("m", ["new"], vector_of("new")[None])
         assert cache.get("m", ["new"], 8)[1].all()

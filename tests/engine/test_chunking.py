@@ -1,5 +1,6 @@
 """Chunks: token bounds, provenance that quotes back, coverage of the whole text, headings, pages."""
 
+import itertools
 import re
 
 import numpy as np
@@ -43,9 +44,9 @@ def test_sample_corpus_chunks(tokenizer, chunk_tokens, overlap):
     sizes = [tokens(tokenizer, c.text) for c in chunks]
     assert sum(sizes) / len(sizes) > 0.6 * chunk_tokens  # chunks are filled, not fragments
     if overlap:
-        assert any(a.end > b.start for a, b in zip(chunks, chunks[1:]) if a.source == b.source)
+        assert any(a.end > b.start for a, b in itertools.pairwise(chunks) if a.source == b.source)
     else:
-        assert all(a.end <= b.start for a, b in zip(chunks, chunks[1:]) if a.source == b.source)
+        assert all(a.end <= b.start for a, b in itertools.pairwise(chunks) if a.source == b.source)
     assert all(c.heading == docs[int(c.source.split("_")[-1]) - 1].headings[0][1] for c in chunks)
 
 
@@ -194,7 +195,7 @@ def test_any_text_chunks_within_bounds_and_loses_nothing(tokenizer, parts, chunk
     doc = Document("mem://h", text, kind="markdown", headings=_markdown_headings(text))
     chunks = chunk_documents([doc], tokenizer, chunk_tokens=chunk_tokens, overlap_tokens=overlap)
     check_chunks([doc], chunks, tokenizer, chunk_tokens)
-    for a, b in zip(chunks, chunks[1:]):
+    for a, b in itertools.pairwise(chunks):
         assert len(tokenizer.encode(shared(a, b, text), add_special_tokens=False).ids) <= overlap
 
 

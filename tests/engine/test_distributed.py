@@ -24,7 +24,7 @@ pytestmark = pytest.mark.xdist_group("test_distributed")
 def test_a_bad_address_is_one_clear_error():
     if ray.is_initialized():
         pytest.skip("a cluster is already joined in this process")
-    with pytest.raises(ValueError, match="ray address '127.0.0.1:1': no Ray cluster answers there"):
+    with pytest.raises(ValueError, match=r"ray address '127.0.0.1:1': no Ray cluster answers there"):
         distributed.connect("127.0.0.1:1")
     with pytest.raises(ValueError, match="expected 'local', 'auto' or HOST:PORT"):
         distributed.connect("nowhere")

@@ -52,6 +52,17 @@ def test_html_visible_text_and_headings(tmp_path):
         assert doc.text[offset:].split("\n", 1)[0].lstrip("# ") == heading
 
 
+def test_an_html_extractor_that_cannot_be_imported_is_one_error_naming_the_packages(tmp_path, monkeypatch):
+    import sys
+
+    from chunktree.checks import ChunktreeError
+
+    (tmp_path / "p.html").write_text("<html><body><p>Call me Ishmael.</p></body></html>", encoding="utf-8")
+    monkeypatch.setitem(sys.modules, "trafilatura", None)  # `import trafilatura` raises ImportError
+    with pytest.raises(ChunktreeError, match=r"p\.html: reading HTML needs .* pip install trafilatura lxml_html_clean"):
+        read_file(tmp_path / "p.html")
+
+
 def test_jsonl_records(tmp_path):
     lines = [{"id": "x1", "text": "first doc", "lang": "en", "title": "One"}, {"text": "second doc"}]
     (tmp_path / "d.jsonl").write_text("\n".join(json.dumps(r) for r in lines) + "\n\n", encoding="utf-8")
@@ -101,7 +112,7 @@ def test_missing_and_unreadable_paths(tmp_path):
     with pytest.raises(DocumentError, match="no such file or folder"):
         read_paths([tmp_path / "nope.txt"])
     (tmp_path / "dir.txt").mkdir()
-    with pytest.raises(DocumentError, match="dir.txt: cannot be read"):
+    with pytest.raises(DocumentError, match=r"dir.txt: cannot be read"):
         read_file(tmp_path / "dir.txt")
     with pytest.raises(DocumentError, match="no input paths"):
         read_paths([])

@@ -2,9 +2,8 @@
 
 import numpy as np
 import pytest
-from sklearn.cluster import KMeans
-
 from conftest import unit_topics
+from sklearn.cluster import KMeans
 
 from chunktree import MiniBatchKMeans
 from chunktree.kernels.kmeans import assign

@@ -2,6 +2,7 @@ import copy
 
 import numpy as np
 import pytest
+from integration_corpus import QUERY, TEXTS
 from langchain_classic.retrievers import ContextualCompressionRetriever
 from langchain_classic.retrievers.document_compressors import DocumentCompressorPipeline
 from langchain_core.documents import Document
@@ -10,8 +11,6 @@ from langchain_core.vectorstores import InMemoryVectorStore
 from chunktree import order, select
 from chunktree.checks import InvalidValueError
 from chunktree.integrations.langchain import ChunktreeCompressor, ChunktreeEmbeddings, ChunktreeTransformer
-
-from integration_corpus import QUERY, TEXTS
 
 
 @pytest.fixture

@@ -50,7 +50,7 @@ def test_weight_equals_networkx():
     g = nx.Graph()
     g.add_weighted_edges_from((i, j, float(sim[i, j])) for i in range(40) for j in range(i + 1, 40))
     want = sum(w for _, _, w in nx.maximum_spanning_tree(g).edges(data="weight"))
-    parent, weight = prim_max_spanning_tree(sim, 0)
+    _parent, weight = prim_max_spanning_tree(sim, 0)
     assert weight.sum(dtype=np.float64) == pytest.approx(want, rel=1e-6)
 
 

@@ -74,7 +74,7 @@ def test_dfs_properties():
                 size[parent[v]] += size[v]
         for v in range(300):  # preorder: each subtree is the contiguous block starting at its root
             block = order[pos[v]:pos[v] + size[v]]
-            assert all(u == v or pos[parent[u]] >= pos[v] and pos[parent[u]] < pos[v] + size[v] for u in block)
+            assert all(u == v or (pos[parent[u]] >= pos[v] and pos[parent[u]] < pos[v] + size[v]) for u in block)
         for v in range(300):  # the first child of v comes right after v
             kids = np.flatnonzero(parent == v)
             if len(kids):
@@ -90,7 +90,7 @@ def test_best_first_against_a_frontier_scan():
     from chunktree.kernels.traversal import best_first_order
 
     for seed in range(5):
-        parent, root, w = random_tree(200, seed)
+        parent, root, _w = random_tree(200, seed)
         priority = np.round(np.random.default_rng(seed).random(200), 2)  # rounded: many ties
         indptr, children = children_csr(parent)
         got = best_first_order(indptr, children, root, priority)
@@ -106,7 +106,7 @@ def test_best_first_against_a_frontier_scan():
 def test_pull_neighbours_against_a_plain_loop():
     from chunktree.kernels.traversal import pull_neighbours_order
 
-    parent, root, w = random_tree(150, 7)
+    parent, _root, w = random_tree(150, 7)
     w = np.round(w, 1)  # many equal weights: ties go to the lower index
     indptr, children = children_csr(parent, -w)
     ranking = np.random.default_rng(7).permutation(150).astype(np.int64)

@@ -129,10 +129,10 @@ def test_accepts_bert_prefix(tiny):
 def test_missing_tensor_is_named():
     w = random_weights()
     del w["encoder.layer.1.output.dense.bias"]
-    with pytest.raises(ValueError, match="encoder.layer.1.output.dense.bias"):
+    with pytest.raises(ValueError, match=r"encoder.layer.1.output.dense.bias"):
         build_bert_onnx(w, CONFIG)
 
 
 def test_rejects_other_activations():
-    with pytest.raises(ValueError, match="hidden_act must be 'gelu'.*'relu'"):
+    with pytest.raises(ValueError, match=r"hidden_act must be 'gelu'.*'relu'"):
         build_bert_onnx(random_weights(), {**CONFIG, "hidden_act": "relu"})

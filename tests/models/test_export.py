@@ -31,5 +31,5 @@ def test_export_round_trip(tmp_path, embedder):
 def test_export_rejects_a_folder_without_config(tmp_path):
     from chunktree.models.export import export_model
 
-    with pytest.raises(ValueError, match="config.json"):
+    with pytest.raises(ValueError, match=r"config.json"):
         export_model(tmp_path, tmp_path / "x.onnx")

@@ -26,7 +26,7 @@ def forest(embedder):
 
 
 def test_topics_continue_switch_and_return(forest):
-    f, d = forest
+    _f, d = forest
     assert [x.action for x in d] == ["new_topic", "continue", "continue", "new_topic", "continue", "switch"]
     assert [x.tree for x in d] == [0, 0, 0, 1, 1, 0]
     assert d[2].rule == "no topic of its own" and d[2].content_words <= 1  # "and what colour was it?"
@@ -37,7 +37,7 @@ def test_topics_continue_switch_and_return(forest):
 
 
 def test_same_input_same_decisions(embedder, forest):
-    f, d = forest
+    _f, d = forest
     again = Forest(embedder)
     assert [again.add(u, a).to_dict() for u, a in WHALES + BREAD + [BACK]] == [x.to_dict() for x in d]
 
@@ -91,10 +91,10 @@ def test_a_forest_from_another_model_or_damaged_is_refused(embedder, forest, tmp
     f, _ = forest
     data = f.to_dict()
     (tmp_path / "m.json").write_text(json.dumps({**data, "model": "other@sha256:0"}))
-    with pytest.raises(ForestFileError, match="m.json: its vectors come from the model 'other@sha256:0'"):
+    with pytest.raises(ForestFileError, match=r"m.json: its vectors come from the model 'other@sha256:0'"):
         Forest.load(tmp_path / "m.json", embedder)
     (tmp_path / "v.json").write_text(json.dumps({**data, "vectors": data["vectors"][:40]}))
-    with pytest.raises(ForestFileError, match="v.json: damaged forest data"):
+    with pytest.raises(ForestFileError, match=r"v.json: damaged forest data"):
         Forest.load(tmp_path / "v.json", embedder)
 
 

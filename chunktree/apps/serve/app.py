@@ -4,8 +4,8 @@ around the endpoints of ``routes``.
 Every request is counted and timed (``/metrics``). With an API key configured, a request to an
 endpoint without ``Authorization: Bearer <key>`` gets 401, and so does ``/metrics`` unless
 ``metrics_public``.
-Errors come back in the OpenAI shape with the type of their status (``http.ERROR_TYPES``); an
-unexpected exception is logged with its traceback and answered 500 ``server_error``.
+Errors come back in the OpenAI shape with the type of their status (``http.ERROR_TYPES``), for
+an unknown path or method too; an unexpected exception is logged with its traceback and answered 500 ``server_error``.
 
 Once its body is read, a request is watched for its client hanging up: if it does, the handler is
 cancelled, so queued work for it leaves the queue unrun (counted as status 499 in ``/metrics``).
@@ -105,7 +105,7 @@ def create_app(embedder: Any = None, *, model: str | None = None, api_key: str |
                 response = JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
             except ClientDisconnect:  # gone while its body was read
                 response = Response(status_code=499)
-            except Exception:  # noqa: BLE001 - a bug: logged, answered 500 in the API's shape
+            except Exception:
                 log.exception("%s failed", path)
                 response = JSONResponse(HTTPError(500, "internal error; see the server log").body(), status_code=500)
             service.metrics.requests.labels(path, str(response.status_code)).inc()
@@ -129,6 +129,14 @@ def create_app(embedder: Any = None, *, model: str | None = None, api_key: str |
                 return JSONResponse(exc.body(), status_code=exc.status)
         return Response(generate_latest(service.metrics.registry), media_type=CONTENT_TYPE_LATEST)
 
+    async def http_exception(request: Request, exc: Exception) -> Response:
+        """Starlette's own answers (no such path, a method the path does not take) in the API's shape."""
+        status = getattr(exc, "status_code", 500)
+        what = "no such endpoint" if status == 404 else "this endpoint does not take that method"
+        error = HTTPError(status, f"{request.method} {request.url.path}: {what}; see the HTTP API in the docs")
+        return JSONResponse(error.body(), status_code=status, headers=getattr(exc, "headers", None))
+
     endpoints = [route(method, path, handler) for method, path, handler in routes.ROUTES]
     endpoints += [Route("/health", health, methods=["GET"]), Route("/metrics", metrics, methods=["GET"])]
-    return Starlette(routes=endpoints, lifespan=lifespan)
+    return Starlette(routes=endpoints, lifespan=lifespan, exception_handlers={404: http_exception,
+                                                                               405: http_exception})

@@ -1,6 +1,8 @@
 """The service's endpoints. Each checks its request's JSON body, calls the library, and returns the
 result's own ``to_dict()``: the same JSON that ``chunktree order|select --format json`` prints.
 
+    GET  /v1/models      the served model, in the OpenAI list shape (``OpenAI().models.list()``)
+    GET  /v1/models/{id} the served model by its name or id; any other is 404 ``model_not_found``
     POST /v1/embeddings  the OpenAI embeddings API shape (``input``: a string or list of strings;
                          ``encoding_format``: ``float`` or ``base64``; a ``model`` other than the
                          served one's name or id is 404 ``model_not_found``)
@@ -43,7 +45,7 @@ async def _run_library(service: Service, function: Any, *args: Any, **kwargs: An
     input errors become 422, refusals by the queue 503. If the request is abandoned, the thread's
     next embedding stops it."""
     loop = asyncio.get_running_loop()
-    embedder = BatchedEmbedder(service.embedder, service.batcher, loop)
+    embedder = BatchedEmbedder(service.embedder, service.running, loop)
     try:
         return await asyncio.to_thread(function, *args, embedder=embedder, **kwargs)
     except asyncio.CancelledError:
@@ -55,6 +57,27 @@ async def _run_library(service: Service, function: Any, *args: Any, **kwargs: An
         raise _refused(exc) from None
 
 
+def _model_card(service: Service) -> dict[str, Any]:
+    """The served model in the OpenAI shape; ``created`` is when this server started."""
+    return {"id": service.embedder.model_id, "object": "model", "created": service.started, "owned_by": "chunktree"}
+
+
+def _not_served(service: Service, model: str, param: str | None) -> HTTPError:
+    served = (service.embedder.name, service.embedder.model_id)
+    return HTTPError(404, f"the model {model!r} is not served here; this server serves {served[0]!r} "
+                          f"(model id {served[1]!r})", param, code="model_not_found")
+
+
+async def list_models(service: Service, body: dict[str, Any], params: dict[str, str]) -> Any:
+    return {"object": "list", "data": [_model_card(service)]}
+
+
+async def get_model(service: Service, body: dict[str, Any], params: dict[str, str]) -> Any:
+    if params["id"] not in (service.embedder.name, service.embedder.model_id):
+        raise _not_served(service, params["id"], None)
+    return _model_card(service)
+
+
 async def embeddings(service: Service, body: dict[str, Any], params: dict[str, str]) -> Any:
     limits = service.limits
     texts = texts_field(body, "input", limits, allow_single=True)
@@ -62,15 +85,13 @@ async def embeddings(service: Service, body: dict[str, Any], params: dict[str, s
     if fmt not in ("float", "base64"):
         raise HTTPError(422, f"'encoding_format' must be 'float' or 'base64'; got {fmt!r}", "encoding_format")
     model = optional_field(body, "model", str, None)
-    served = (service.embedder.name, service.embedder.model_id)
-    if model is not None and model not in served:
-        raise HTTPError(404, f"the model {model!r} is not served here; this server serves {served[0]!r} "
-                             f"(model id {served[1]!r})", "model", code="model_not_found")
+    if model is not None and model not in (service.embedder.name, service.embedder.model_id):
+        raise _not_served(service, model, "model")
     dims = optional_field(body, "dimensions", int, None)
     if dims is not None and dims != service.embedder.dim:
         raise HTTPError(422, f"'dimensions' must be {service.embedder.dim} for this model; got {dims}", "dimensions")
     try:
-        vectors, counts = await service.batcher.embed(texts)
+        vectors, counts = await service.running.embed(texts)
     except (Overloaded, QueueTimeout) as exc:
         raise _refused(exc) from None
     tokens = int(counts.sum())
@@ -159,7 +180,7 @@ async def add_turn(service: Service, body: dict[str, Any], params: dict[str, str
             raise HTTPError(422, f"the conversation holds max_turns={service.limits.max_turns} turns; start a new "
                                  "one", "user", code="too_many_turns")
         loop = asyncio.get_running_loop()
-        embedder = BatchedEmbedder(service.embedder, service.batcher, loop)
+        embedder = BatchedEmbedder(service.embedder, service.running, loop)
         forest.embedder = embedder
 
         def place() -> Any:
@@ -201,6 +222,8 @@ async def delete_conversation(service: Service, body: dict[str, Any], params: di
 
 # (method, path, handler); POST handlers get the checked JSON body, all get the path and query parameters.
 ROUTES = [
+    ("GET", "/v1/models", list_models),
+    ("GET", "/v1/models/{id:path}", get_model),
     ("POST", "/v1/embeddings", embeddings),
     ("POST", "/v1/order", order_endpoint),
     ("POST", "/v1/select", select_endpoint),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +45,7 @@ class Service:
         self.metrics = Metrics()
         self.conversations = Conversations(limits.max_conversations, conversations_dir, self.metrics)
         self.batcher: MicroBatcher | None = None
+        self.started = int(time.time())  # the models' "created" time
 
     async def start(self) -> None:
         """Load (if needed) and warm up the model, then start the batcher."""
@@ -64,6 +66,13 @@ class Service:
         self.batcher = MicroBatcher(embed, self.limits, self.metrics)
         self.batcher.start()
         log.info("serving %s", embedder.model_id)
+
+    @property
+    def running(self) -> MicroBatcher:
+        """The batcher, for the endpoints: requests reach them only once ``start`` has returned."""
+        if self.batcher is None:
+            raise RuntimeError("the service has not started")
+        return self.batcher
 
     async def stop(self) -> None:
         if self.batcher is not None:

@@ -120,7 +120,7 @@ def evaluate_llm(
     and the per-question answers."""
     integer(concurrency, "concurrency", 1)
     integer(memory_tokens, "memory_tokens", 16)
-    jobs = []  # (question number, passage, question, order, sequence)
+    jobs: list[tuple[Any, ...]] = []  # (question number, passage, question, order, sequence)
     for passage in passages:
         if len(passage.paragraphs) < 2:
             continue

@@ -30,7 +30,7 @@ def format_report(result: dict[str, Any], fmt: str = "") -> str:
              + ", ".join(f"{r} (memory weight {w})" for r, w in result["readers"].items())]
     for kind, block in result["summary"].items():
         orders = block["orders"]
-        first = next(iter(orders.values()), {})
+        first: dict[str, Any] = next(iter(orders.values()), {})
         cols = [(k, h, p) for k, h, p in COLUMNS if k in first]
         rcols = [(f"{r}:{k}", f"{h}, {r} reader", p) for k, h, p in READER_COLUMNS for r in readers
                  if f"{r}:{k}" in first]

@@ -112,7 +112,7 @@ def evaluate_orders(
             continue
         sentences = Sentences.of(paragraphs, embedder, cache)
         para_vecs, _ = embed_texts(paragraphs, embedder, cache)
-        memory_budget = max(1, int(round(budget * int(embedder.count_tokens(paragraphs).sum()))))
+        memory_budget = max(1, round(budget * int(embedder.count_tokens(paragraphs).sum())))
         q_vecs, _ = embed_texts([q.text for q in passage.questions], embedder, cache)
         for q, qv in zip(passage.questions, q_vecs):
             scores = sentences.vectors @ qv

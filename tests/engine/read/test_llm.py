@@ -47,7 +47,7 @@ def test_500_until_failure(server):
 
 
 def test_other_4xx_is_not_retried(server):
-    with pytest.raises(LLMError, match="rejected the request.*HTTP 400.*bad request"):
+    with pytest.raises(LLMError, match=r"rejected the request.*HTTP 400.*bad request"):
         ChatClient(server.base_url, "400", retries=3, backoff=0.01).complete(MESSAGES)
     assert len(server.requests) == 1
 
