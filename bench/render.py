@@ -25,7 +25,9 @@ START, END = "<!-- headline table: rendered by bench/render.py -->", "<!-- end o
 
 
 def load() -> dict[str, dict[str, Any]]:
-    return {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in sorted(RESULTS.glob("*.json"))}
+    """Every results file by name: each suite's default run, then its runs with larger settings."""
+    files = sorted(RESULTS.glob("*.json"), key=lambda p: (p.stem.split("--")[0], p.stem))
+    return {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in files}
 
 
 def _get(doc: dict[str, Any] | None, *path: str) -> Any:
