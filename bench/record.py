@@ -1,7 +1,7 @@
 """Where every benchmark's figures go: ``bench/results/NAME.json``, with what ran, where and when.
 
 Each file holds the suite's title, the command that ran it (with the ``CHUNKTREE_BENCH_*``
-settings), the date, the git commit (and whether the tree had uncommitted changes), the machine
+settings), the date, the git commit (and whether the code that ran differed from it), the machine
 (CPU model and the flags that decide which kernels run, cores, memory, BLAS), the versions of the
 libraries measured, the summary lines the suite printed, and its raw results. ``bench/render.py``
 renders ``docs/benchmarks.md`` and the README's headline table from these files alone.
@@ -70,13 +70,16 @@ def versions() -> dict[str, str]:
     return out
 
 
-def commit() -> dict[str, Any]:
-    """The git commit the code ran at, and whether the tree differed from it."""
+def commit(name: str) -> dict[str, Any]:
+    """The git commit the code ran at, and whether the code that ran (the package, the suite and
+    the benchmark harness) differed from it."""
     def git(*args: str) -> str:
         return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, check=True).stdout.strip()
 
+    code = ["chunktree", f"bench/{name}.py", "bench/conftest.py", "bench/record.py"]
     try:
-        return {"commit": git("rev-parse", "HEAD"), "dirty": bool(git("status", "--porcelain", "--untracked-files=no"))}
+        changed = git("status", "--porcelain", "--untracked-files=all", "--", *code)
+        return {"commit": git("rev-parse", "HEAD"), "dirty": bool(changed)}
     except (OSError, subprocess.CalledProcessError):
         return {"commit": None, "dirty": None}
 
@@ -103,7 +106,7 @@ def write(name: str, title: str, command: str, summary: list[str], results: dict
     doc = {"suite": name, "variant": variant.lstrip("-"), "title": title,
            "command": " ".join([*(f"{k}={v}" for k, v in settings.items()), command]),
            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-           **commit(), "machine": machine(), "versions": versions(), "summary": summary,
+           **commit(name), "machine": machine(), "versions": versions(), "summary": summary,
            "results": jsonable(results)}
     RESULTS_DIR.mkdir(exist_ok=True)
     path = RESULTS_DIR / f"{name}{variant}.json"

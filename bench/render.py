@@ -98,9 +98,23 @@ def _serve(doc: dict[str, Any]) -> list[str] | None:
                                f"in-process p50 {floor['p50'] * 1e3:.2f} ms", f"+{(http['p50'] - floor['p50']) * 1e3:.2f} ms"]
 
 
+def _eval(kind: str) -> Callable[[dict[str, Any]], list[str] | None]:
+    def row(doc: dict[str, Any]) -> list[str] | None:
+        block = _get(doc, "eval", "hotpot", "summary", kind)
+        if not block:
+            return None
+        ours, dense = block["orders"]["dense_tree"], block["orders"]["dense"]
+        diff = ours["later_gold - dense"]
+        return [f"HotpotQA {kind} questions ({block['questions']}): where the later gold paragraph comes (0 first, 1 last)",
+                f"default order {ours['later_gold']['mean']:.3f}", f"dense retrieval order {dense['later_gold']['mean']:.3f}",
+                f"{diff['mean']:+.3f} [{diff['lo']:+.3f}, {diff['hi']:+.3f}]"]
+    return row
+
+
 HEADLINE: list[tuple[str, Callable[[dict[str, Any]], list[str] | None]]] = [
     ("bench_order", _naive), ("bench_order", _exact), ("bench_order", _sparse), ("bench_topk", _topk),
-    ("bench_select", _select), ("bench_embed", _embed), ("bench_serve", _serve)]
+    ("bench_select", _select), ("bench_embed", _embed), ("bench_serve", _serve), ("bench_eval", _eval("bridge")),
+    ("bench_eval", _eval("comparison"))]
 
 
 def machine_line(doc: dict[str, Any]) -> str:
@@ -134,6 +148,11 @@ def headline(docs: dict[str, dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _summary_line(line: str) -> str:
+    """A summary line as a list item; Markdown table rows, bold captions and blank lines as they are."""
+    return line if not line.strip() or line.startswith(("|", "**")) else f"- {line.strip()}"
+
+
 def page(docs: dict[str, dict[str, Any]]) -> str:
     out = ["# Benchmarks", "",
            "Every figure on this page is rendered by `python bench/render.py` from the results files in "
@@ -148,7 +167,7 @@ def page(docs: dict[str, dict[str, Any]]) -> str:
     for stem, doc in docs.items():
         versions = ", ".join(f"{k} {v}" for k, v in doc["versions"].items())
         out += ["", f"## {stem}", "", doc["title"], "", f"Run: {provenance(doc)}.", "", f"Versions: {versions}.", ""]
-        out += [f"- {line.strip()}" for line in doc["summary"]] or ["- (no summary lines)"]
+        out += [_summary_line(line) for line in doc["summary"]] or ["- (no summary lines)"]
     if not docs:
         out += ["", "No results yet."]
     return "\n".join(out) + "\n"
