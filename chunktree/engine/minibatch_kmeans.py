@@ -21,18 +21,13 @@ from chunktree.kernels.kmeans import assign, center_sums, kmeans_plusplus
 
 log = logging.getLogger(__name__)
 
-# Rows per centre in one mini-batch step at least. With about one row per centre (1,024 rows for
-# K = 1,000) each step drags centres onto single rows and undoes the seeding: at n = 100,000,
-# K = 1,000 (synthetic, 100 topics) the inertia was 9.8% above faiss.Kmeans's (25 iterations),
-# with 4 rows per centre 2.7% above; with 8, 0.14% above in 34.5 s against faiss's 74.3 s, and at
-# n = 1,000,000 0.07% below in 42.9 s against 189.9 s (bench/bench_select.py -k many).
+# Rows per centre in one mini-batch step at least: with about one row per centre each step drags
+# centres onto single rows and undoes the seeding. Chosen on bench/bench_select.py
+# test_many_clusters (n = 100,000 and 1,000,000, K = 1,000; inertia against faiss.Kmeans's).
 ROWS_PER_CENTRE = 8
 # Rows sampled for k-means++ seeding at most, unless ``init_size`` says otherwise (100 per centre
-# below that). Seeding is K sequential passes over the sample: at n = 1,000,000, K = 1,000 it took
-# 22.9 of the fit's 32.8 s on 100,000 rows (under a profiler). bench/bench_select.py -k many at
-# that size: 13.0 s against faiss.Kmeans's 25.0 s, inertia 0.07% above it, where 100,000 rows gave
-# 31.8 s against 24.1 s, 0.07% below; at n = 100,000, 5.6 s against 8.5 s, 0.25% above (100,000
-# rows: 26.1 s, 0.14% above, one-off).
+# below that): seeding is K sequential passes over the sample. Chosen on the same case: time
+# against faiss.Kmeans at an inertia within 1% of its.
 SEEDING_ROWS = 20_000
 
 

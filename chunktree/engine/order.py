@@ -74,15 +74,13 @@ RECALL_SAMPLE = 256
 REFINE_TARGET = 0.99
 MAX_REFINE_PASSES = 4
 REFINE_MIN_GAIN = 0.01
-# Reverse neighbours in a refinement pass's graph rows, the most similar first: at n = 50,000 with
-# 2,500 fine topics the tree weighed 99.902% of the exact one with 8 (refinement 1.30 s), 99.905%
-# with 12 (1.63 s), 99.906% with 16 (1.89 s); 99.898% with 8 taken as the lowest ids (one-off).
+# Reverse neighbours in a refinement pass's graph rows, the most similar first. Chosen on
+# bench/bench_order.py test_sparse, n = 50,000, 2,500 topics (tree weight against exact, time):
+# more add refinement time for a weight gain below 0.01%.
 REVERSE_NEIGHBOURS = 8
-# Spare edges per row of a small component searched by the join (``join_components``). The sparse
-# tree at n = 50,000 with 2,500 fine topics weighed 99.9022% of the exact one with 2, 99.9055%
-# with 3, 99.9069% with 4, 99.9083% with 6 and 99.9094% with 8 (one-off); 99.880% with none. Up
-# to 4 cost nothing more: the int8 search keeps 16 candidates a row either way; beyond, it keeps
-# 4 a spare edge.
+# Spare edges per row of a small component searched by the join (``join_components``), for the
+# last Kruskal pass. Chosen on the same case; up to 4 cost nothing, since the int8 search keeps 16
+# candidates a row either way.
 JOIN_PER_ROW = 4
 
 

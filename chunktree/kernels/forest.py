@@ -69,12 +69,9 @@ def max_spanning_forest(src: np.ndarray, dst: np.ndarray, weight: np.ndarray, n:
 # A pair of components is searched over all its member pairs when it has at most EXACT_PAIRS of
 # them or its smaller side at most SMALL_SIDE rows (so every row of a small component offers its
 # spare edges); otherwise through its frontier: the FRONTIER points of each side nearest the other
-# side's centre, searched against the whole other side. One-off, order(synthetic_embeddings(n,
-# topics, seed=n), method="sparse"), two runs each: a frontier of 64 against 128 left the tree's
-# weight the same at n = 30,000, 50,000 and 300,000 with 100 topics and 0.0023 lighter (of
-# 69,417) at 100,000, and the joining took 0.30 s against 0.47 s at 100,000, 0.18 against 0.29 s
-# at 50,000 and 0.81-0.86 against 1.21-1.28 s at 300,000. (128 and 1 << 16 had replaced 256 and
-# 1 << 22 with the same weights at 50,000 and 100,000.)
+# side's centre, searched against the whole other side. Chosen on bench/bench_join.py (joining
+# time and weight against the exhaustive join, n = 300,000, 100 topics) and the sparse cases of
+# bench/bench_order.py (tree weight against exact): a larger frontier costs time, no weight.
 EXACT_PAIRS = 1 << 16
 SMALL_SIDE = 128
 FRONTIER = 64
@@ -87,21 +84,16 @@ def _whole(a: int, b: int) -> bool:
 
 # Rows and columns of one product (512 x 2,048: 4 MB of int32 or float32, which the merge reads
 # right after, while it is in cache), and so the columns gathered at a time (3 MB at d = 384): the
-# join never gathers a whole component, which on fuzzy data holds most rows. For the 5,579 rows
-# outside the largest component at n = 100,000 with 5,000 topics, the search into it took
-# 0.50-0.54 s in these blocks, 0.54 s in 256 x 4,096, 0.61-0.64 s in 256 x 8,192, 0.61-0.64 s in
-# 128 x 4,096 and 0.48-0.52 s in 1,024 x 1,024 (one-off, two runs each). The products and merges
-# of the code before, in blocks of 512 x 32,768 on two threads each, took 1.34 s for that shape
-# on random unit vectors, against 0.72 s in blocks of 512 x 4,096 (one-off).
+# join never gathers a whole component, which on fuzzy data holds most rows. Chosen on
+# bench/bench_join.py test_join_fuzzy (n = 100,000, 5,000 topics: the rows outside the largest
+# component searched into it).
 ROW_STEP = 512
 COLUMN_BLOCK = 2048
 
 
 # The search below runs in int8 where both sides are large: at least this many rows, columns and
-# pairs. One-off timings of float32 against int8 products for (rows, columns): (2,000, 16,000)
-# 0.18 against 0.20 s, (1,000, 32,768) 0.20 against 0.23 s, (1,000, 130,000) 0.76 against 0.57 s,
-# (2,000, 64,000) 1.00 against 0.56 s, (5,000, 130,000) 3.77 against 1.99 s; (20,000, 2,000)
-# 0.22 against 0.44 s: the exact rescoring of each row's candidates costs more than it saves.
+# pairs; below them the exact rescoring of each row's candidates costs more than int8 saves.
+# bench/bench_join.py test_join_fuzzy measures int8 against the same search in float32.
 INT8_ROWS, INT8_COLUMNS, INT8_PAIRS = 1024, 16384, 1 << 26
 # Candidates per row that the int8 search keeps and rescores exactly (at least 4 per edge asked):
 # 8 missed one of 240 rows' best two (by 4e-4) on the near-ties of tests/kernels/test_forest.py.
@@ -158,17 +150,14 @@ def _best_edges_into(x: np.ndarray, rows: np.ndarray, cols: np.ndarray, per: int
     Where both sides are large (``INT8_ROWS``, ``INT8_COLUMNS``, ``INT8_PAIRS``) the products are
     int8 (``kernels.int8``) and keep ``max(CANDIDATES, 4 * per)`` candidates per row, whose exact
     similarities then decide; an edge is missed only where a row's best ones rank below its
-    candidates in int8 (an int8 similarity is off by about 1e-3 at d = 384). At n = 100,000 with
-    5,000 topics, all 5,579 rows outside the largest component got their exact best two in it
-    (one-off, against float32).
+    candidates in int8 (an int8 similarity is off by about 1e-3 at d = 384); bench_join.py
+    compares the joining weight with the float32 search's.
 
     In int8 the rows are shared out among Numba's threads (the cores): each multiplies its own
     rows on one onnxruntime thread and merges each product at once, while it is in its core's
     cache, and each quantises one column block of every group of as many blocks as threads. The
-    products and the merge release the GIL. That search of 5,579 rows took 0.48-0.51 s against
-    0.55-0.61 s with each product (512 x 4,096) on two onnxruntime threads, then merged on two
-    (one-off, five runs each). In float32 (small searches) one thread merges the products that
-    BLAS computes on its own threads. Memory: two quantised column blocks and one product per
+    products and the merge release the GIL. In float32 (small searches) one thread merges the
+    products that BLAS computes on its own threads. Memory: two quantised column blocks and one product per
     thread.
     """
     quantised = rows.size >= INT8_ROWS and cols.size >= INT8_COLUMNS and rows.size * cols.size >= INT8_PAIRS

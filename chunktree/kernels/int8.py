@@ -2,10 +2,9 @@
 
 The left side's rows are quantised one scale per row (``round(127 * v / max|v|)``), the right
 side's block of rows with one scale for the block, and the products run through onnxruntime's
-``MatMulInteger`` (MLAS's uint8 x int8 kernel, VNNI where the CPU has it). On the 2-core machine
-a (512 x 384) by (384 x 4,096) product took 2.2-2.6 ms against 5.8 ms for numpy's float32
-product (one-off): the joining search on fuzzy data is such products
-(``kernels.forest._best_edges_into``). An int8 score is only a ranking: the error of one
+``MatMulInteger`` (MLAS's uint8 x int8 kernel, VNNI where the CPU has it): the joining search
+on fuzzy data is such products (``kernels.forest._best_edges_into``), and bench/bench_join.py
+times it against the same search in float32. An int8 score is only a ranking: the error of one
 similarity is about 1e-3 at d = 384, so callers keep a few more candidates than they need and
 compute the exact similarity of those.
 """
@@ -39,8 +38,8 @@ def _session():
     return _SESSION
 
 
-# Rows quantised together: a transposed tile is written 64 bytes at a time, which took 1.2 ms for
-# 2,048 x 384 against 2.0 ms writing each row's column on its own (one-off, one thread).
+# Rows quantised together: a transposed tile is written 64 bytes at a time, a cache line, rather
+# than each row's column on its own.
 TILE = 64
 
 
@@ -79,9 +78,8 @@ def quantise_columns(v: np.ndarray) -> tuple[np.ndarray, float]:
     """float32 rows (m, d) as int8 (d, m), transposed, all with one scale, and that scale: the
     right side. With one scale for the block, each row of a product ranks the block's columns by
     its integers alone, so the merge tests a chunk of them against one bound
-    (``kernels.forest._keep_best``). A row's own scale would be finer (the block's largest
-    magnitude was 1.6x a row's median one on the 100k fine-topic data), yet all 5,579 rows that
-    the join searched there kept their exact best two among the 16 candidates it rescores."""
+    (``kernels.forest._keep_best``). A row's own scale would be finer; the candidates kept and
+    rescored exactly (``kernels.forest.CANDIDATES``) absorb the coarser ranking."""
     v = np.ascontiguousarray(v, dtype=np.float32)
     out = np.empty(v.shape[::-1], np.int8)
     scale = _scale(np.abs(v).max(initial=0.0))

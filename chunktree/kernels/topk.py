@@ -122,10 +122,8 @@ def search_rows(x: np.ndarray, rows: np.ndarray, probed: np.ndarray, clusters: C
     end: the products and the merge release the GIL, so every core multiplies and merges, where a
     parallel merge would fight BLAS's spinning threads (see ``_keep_best``). The products are
     the same as on one thread, and a list is the best ``k`` of the candidates by a total order
-    (similarity, then id), so the lists do not depend on ``threads``. At n = 200,000 (100 topics,
-    632 clusters, 16 probes, blocks of 131,072 rows) the search took 7.36, 8.03, 8.07 and 8.10 s
-    in two threads against 10.03 and 11.06 s in one with two BLAS threads (one-off), with the same
-    lists bit for bit.
+    (similarity, then id), so the lists do not depend on ``threads`` (tested bit for bit).
+    bench/bench_topk.py times the search against faiss.
     """
     m, probes = probed.shape
     pairs_cluster = probed.ravel()
@@ -230,8 +228,8 @@ def with_reverse(ids: np.ndarray, sims: np.ndarray, reverse: int) -> np.ndarray:
     """int64 (n, k + reverse): each row's list, then up to ``reverse`` of the rows whose lists hold
     it, the most similar first (ties to the lower id), -1 where there are fewer.
 
-    One serial pass of insertions (``_keep_reverse``): at n = 100,000 (k = 16, 8 reverse) it took
-    0.06-0.11 s against 0.28-0.30 s for the argsort by target that it replaced (one-off)."""
+    One serial pass of insertions (``_keep_reverse``), faster than an argsort by target at the
+    sizes of bench/bench_topk.py."""
     n = ids.shape[0]
     rev = np.full((n, reverse), -1, dtype=np.int64)
     if reverse:
@@ -294,10 +292,10 @@ def refine_with_neighbours_of_neighbours(x: np.ndarray, ids: np.ndarray, sims: n
     each graph row's few rows read once from memory, and the pairs that beat a list are kept;
     then the lists are updated in parallel, each thread owning a range of rows and applying that
     range's pairs in graph-row order. A pair below a list's k-th best when scored stays below it,
-    so the lists depend neither on ``block`` nor on the thread count. At n = 100,000 with 5,000
-    topics a first pass took 1.22-1.32 s (25.7M pairs) against 3.2-3.7 s for scoring each row's
-    neighbours' neighbours row by row, which read a random row of ``x`` for each of its ~260
-    candidates and was bound by memory (one-off), for the same recall.
+    so the lists depend neither on ``block`` nor on the thread count. Scoring pairs from a graph
+    row's few rows in cache, rather than each row's neighbours' neighbours one by one (a random
+    row of ``x`` for each candidate), keeps the pass off memory bandwidth; bench/bench_topk.py
+    (sparse_neighbours, ``CHUNKTREE_BENCH_TOPK_TOPICS=5000``) times it.
     """
     n, _k = ids.shape
     m = graph.shape[1]

@@ -17,11 +17,11 @@ Two scores (``memory_weight``):
   scores higher when it arrives, and the order matters. The pool is scored symmetrically, so
   neither the incumbents nor the newcomers get an edge by position alone.
 
-Measured on the HotpotQA dev sample (423 questions, 10% memory; bench/eval_orders.py), the
-memory-aware score keeps *both* gold paragraphs less often than the query-only one at every weight
-tried (0.1 to 1.0, under every order): distractor paragraphs are similar to each other, and the
-memory term rewards that similarity as much as the bridge. So query-only stays the default;
-the memory-aware worker is an option (``read --memory-weight``) and is reported beside it.
+On the HotpotQA dev sample (bench/eval_orders.py: both-gold retention per weight, 10% memory)
+the memory-aware score keeps both gold paragraphs less often than the query-only one:
+distractor paragraphs are similar to each other, and the memory term rewards that similarity as
+much as the bridge. So query-only is the default; the memory-aware worker is an option
+(``read --memory-weight``), reported beside it by eval-order.
 """
 
 from __future__ import annotations
