@@ -1,7 +1,7 @@
 """Chunking throughput (MB of text per second) on three shapes of text, against the tokenizer's
 own single pass over the same text (the floor: chunking cannot be faster than tokenising once),
-measured in the same run; semantic-text-splitter, the splitter chunktree used before, is measured
-on 1 MB when it is installed.
+measured in the same run; semantic-text-splitter, a Rust splitter that re-tokenises each
+candidate chunk, is measured on 1 MB when it is installed.
 
     python -m pytest bench/bench_chunking.py
     CHUNKTREE_BENCH_BIG=1 python -m pytest bench/bench_chunking.py -k big     # the 50 MB file

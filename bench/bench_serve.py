@@ -181,8 +181,7 @@ def texts_body(n, tag):
 
 def test_abuse(results):
     """The service under abuse, each case bounded: a 400 MB chunked upload, 16 abandoned
-    256-text requests, and a burst of 64 clients x 5 requests x 256 texts. Run against an older
-    checkout with PYTHONPATH=<its root> to get the before figures."""
+    256-text requests, and a burst of 64 clients x 5 requests x 256 texts."""
     proc, url = start_server()
     port = int(url.rsplit(":", 1)[1])
     r = results["abuse"]
