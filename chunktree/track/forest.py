@@ -25,6 +25,7 @@ from chunktree.checks import ChunktreeError, InvalidValueError, integer, positiv
 from chunktree.engine.cache import EmbeddingCache
 from chunktree.engine.embedding import embed_texts
 from chunktree.engine.inputs import default_embedder
+from chunktree.engine.results import dumps
 from chunktree.track.decide import Candidate, Decision, LLMJudge, Placement, Thresholds, content_words, decide
 
 FORMAT, VERSION = "chunktree-forest", 1
@@ -332,7 +333,7 @@ class Forest:
         """Write the forest as JSON, atomically (a temporary file renamed into place)."""
         path = Path(path)
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.to_dict(), ensure_ascii=False), encoding="utf-8")
+        tmp.write_text(dumps(self.to_dict()), encoding="utf-8")
         os.replace(tmp, path)
 
     @classmethod

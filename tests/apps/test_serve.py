@@ -11,6 +11,7 @@ import httpx
 import numpy as np
 import pytest
 import uvicorn
+from strict_json import loads as strict_loads
 
 from chunktree import order, select
 from chunktree.apps.serve import Limits, create_app
@@ -22,9 +23,7 @@ pytestmark = pytest.mark.xdist_group("test_serve")
 @pytest.fixture(autouse=True)
 def strict_json_answers(monkeypatch):
     """Every response body these tests read must be strict JSON (no NaN or Infinity)."""
-    from strict_json import loads
-
-    monkeypatch.setattr(httpx.Response, "json", lambda self, **kwargs: loads(self.text))
+    monkeypatch.setattr(httpx.Response, "json", lambda self, **kwargs: strict_loads(self.text))
 
 SENTENCES = ["The whale surfaced near the ship.", "Ahab paced the quarter-deck all night.",
              "Oil casks filled the hold.", "The white whale was seen again at dawn."]
@@ -172,7 +171,7 @@ def test_responses_equal_the_cli_json(service, embedder, tmp_path, capsys):
 
     def cli_json(*args):
         assert main([*args, str(corpus), "--format", "json", "--no-cache"]) == 0
-        return json.loads(capsys.readouterr().out)
+        return strict_loads(capsys.readouterr().out)
 
     def comparable(doc, rows):
         # Timings and the embedding's cost differ run to run; texts posted carry no provenance.

@@ -7,6 +7,7 @@ import sys
 
 import numpy as np
 import pytest
+from strict_json import loads
 
 ray = pytest.importorskip("ray")
 
@@ -93,7 +94,7 @@ def test_cli_order_on_a_running_cluster(cluster, tmp_path):
     address = ray.get_runtime_context().gcs_address
     on_ray = subprocess.run(args + ["--ray", address], capture_output=True, text=True)
     assert on_ray.returncode == 0, on_ray.stderr
-    assert json.loads(on_ray.stdout)["order"] == json.loads(plain.stdout)["order"]
+    assert loads(on_ray.stdout)["order"] == loads(plain.stdout)["order"]
 
 
 def test_ray_without_its_extra_fails_before_any_work(monkeypatch, embedder):

@@ -1,12 +1,12 @@
 """chunktree scale: its measurements against independent references, its projections against a
 known power law, and the command end to end (report, plots, a clean stop at the budget)."""
 
-import json
 import subprocess
 import sys
 
 import numpy as np
 import pytest
+from strict_json import loads
 
 from chunktree.engine.order import sparse_neighbours
 from chunktree.engine.scale import (
@@ -68,7 +68,7 @@ def test_scale_command_writes_the_report_and_plots_and_stops_at_the_budget(tmp_p
     r = subprocess.run([sys.executable, "-m", "chunktree", "scale", "--sizes", "800", "1600", "3200",
                         "--time-budget", "0.01", "-o", str(out)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    doc = json.loads((out / "scale.json").read_text())
+    doc = loads((out / "scale.json").read_text())
     # Two sizes are needed to project; the third is projected past 0.01 s and left out.
     assert [row["n"] for row in doc["sizes"]] == [800, 1600]
     assert doc["stopped"].startswith("n=3,200 left out: projected")

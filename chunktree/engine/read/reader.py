@@ -14,7 +14,6 @@ of the window is left free for the difference.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -39,6 +38,7 @@ from chunktree.engine.read.llm_worker import (
     pack,
 )
 from chunktree.engine.read.memory import Step, Tokens, empty_memory
+from chunktree.engine.results import dumps
 from chunktree.progress import tracked
 
 PROMPT_KEYS = ("worker", "worker_summary", "manager", "manager_summary")
@@ -162,7 +162,7 @@ def read(
             step, memory = worker.step(index, group, memory)
             steps.append(step)
             if sink:
-                sink.write(json.dumps(step.to_dict(), ensure_ascii=False) + "\n")
+                sink.write(dumps(step.to_dict()) + "\n")
                 sink.flush()
     finally:
         if sink:

@@ -1,9 +1,9 @@
 """The Chain-of-Agents reader: LLM workers over a loopback server, and the extractive worker."""
 
-import json
 
 import pytest
 from llm_server import LLMServer
+from strict_json import loads
 
 from chunktree import Chunk
 from chunktree.engine.read import ChatClient, read
@@ -27,7 +27,7 @@ def test_workers_pass_memory_along_the_order(server, embedder, tmp_path):
     assert r.order == order and not r.failures and r.strategy == "given" and r.reader == "llm"
     assert [i for s in r.steps for i in s.chunks] == order  # every chunk read once, in order
     assert r.answer == "ANSWER: seen " + ",".join(map(str, order))
-    lines = [json.loads(x) for x in (tmp_path / "trace.jsonl").read_text().splitlines()]
+    lines = [loads(x) for x in (tmp_path / "trace.jsonl").read_text().splitlines()]
     assert [x["chunks"] for x in lines] == [s.chunks for s in r.steps]
     assert all(x["ok"] and x["prompt_tokens"] > 0 for x in lines)
 
