@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -98,6 +99,16 @@ def _serve(doc: dict[str, Any]) -> list[str] | None:
                                f"in-process p50 {floor['p50'] * 1e3:.2f} ms", f"+{(http['p50'] - floor['p50']) * 1e3:.2f} ms"]
 
 
+def _scale(doc: dict[str, Any]) -> list[str] | None:
+    r = _get(doc, "scale")
+    if not r or not r["sizes"]:
+        return None
+    big = r["sizes"][-1]
+    growth = r["fits"].get("time_exponent")
+    return [f"order {big['n']:,} embedded chunks (sparse tree)", f"{big['order_s']:.1f} s, peak {big['peak_rss_mb']:,.0f} MB",
+            "—", "" if growth is None else f"time grows as n^{growth:.2f}"]
+
+
 def _eval(kind: str) -> Callable[[dict[str, Any]], list[str] | None]:
     def row(doc: dict[str, Any]) -> list[str] | None:
         block = _get(doc, "eval", "hotpot", "summary", kind)
@@ -112,7 +123,7 @@ def _eval(kind: str) -> Callable[[dict[str, Any]], list[str] | None]:
 
 
 HEADLINE: list[tuple[str, Callable[[dict[str, Any]], list[str] | None]]] = [
-    ("bench_order", _naive), ("bench_order", _exact), ("bench_order", _sparse), ("bench_topk", _topk),
+    ("bench_order", _naive), ("bench_order", _exact), ("bench_order", _sparse), ("bench_scale", _scale), ("bench_topk", _topk),
     ("bench_select", _select), ("bench_embed", _embed), ("bench_serve", _serve), ("bench_eval", _eval("bridge")),
     ("bench_eval", _eval("comparison"))]
 
@@ -140,12 +151,17 @@ def _row(docs: dict[str, dict[str, Any]], suite: str, fn: Callable[[dict[str, An
 
 def headline(docs: dict[str, dict[str, Any]]) -> str:
     rows = [row for suite, fn in HEADLINE for row in [_row(docs, suite, fn)] if row]
-    lines = [START, "", "| measured | chunktree | reference, same run | ratio |", "|---|---|---|---|"]
+    lines = [START, "", "| measured | chunktree | reference, same run | comparison |", "|---|---|---|---|"]
     lines += [f"| {' | '.join(cells)} |" for _, cells in rows]
     machines = sorted({machine_line(doc) for doc, _ in rows})
     lines += ["", f"Measured on {'; '.join(machines) or 'no machine yet'}; each row's command, date and commit are on the "
               "[benchmark page](docs/benchmarks.md).", "", END]
     return "\n".join(lines)
+
+
+def _anchor(heading: str) -> str:
+    """The id Python-Markdown's toc gives a heading: lower case, runs of spaces and hyphens as one."""
+    return re.sub(r"[-\s]+", "-", re.sub(r"[^\w\s-]", "", heading).strip().lower())
 
 
 def _summary_line(line: str) -> str:
@@ -162,7 +178,7 @@ def page(docs: dict[str, dict[str, Any]]) -> str:
            "heavy running (`python -m pytest bench/bench_order.py`), then `python bench/render.py`.", "",
            "## Machines", "", "| suite | machine | BLAS | run |", "|---|---|---|---|"]
     for stem, doc in docs.items():
-        out.append(f"| [{stem}](#{stem}) | {machine_line(doc)} | {', '.join(doc['machine']['blas'])} "
+        out.append(f"| [{stem}](#{_anchor(stem)}) | {machine_line(doc)} | {', '.join(doc['machine']['blas'])} "
                    f"| {doc['date']} |")
     for stem, doc in docs.items():
         versions = ", ".join(f"{k} {v}" for k, v in doc["versions"].items())
