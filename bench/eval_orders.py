@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import record
+
 from chunktree import EmbeddingCache
 from chunktree.engine.evaluate import evaluate_orders, load
 from chunktree.engine.inputs import default_embedder
@@ -25,21 +27,27 @@ KINDS = ("bridge", "comparison")
 
 
 def main() -> None:
+    lines: list[str] = []
+
+    def say(line: str) -> None:
+        print(line)
+        lines.extend(line.split("\n"))
+
     embedder, cache = default_embedder(), EmbeddingCache()
     _, passages = load(DATA)
     readers = {f"w{w}": w for w in WEIGHTS}
     summary = evaluate_orders(passages, embedder, cache, orders=ORDERS, readers=readers)["summary"]
-    print("both gold paragraphs held at the end, % (10% memory), by memory weight\n")
-    print("| kind | order | " + " | ".join(f"weight {w}" for w in WEIGHTS) + " |")
-    print("|---" * (2 + len(WEIGHTS)) + "|")
+    say("both gold paragraphs held at the end, % (10% memory), by memory weight\n")
+    say("| kind | order | " + " | ".join(f"weight {w}" for w in WEIGHTS) + " |")
+    say("|---" * (2 + len(WEIGHTS)) + "|")
     for kind in KINDS:
         for name in ORDERS:
             m = summary[kind]["orders"][name]
-            print(f"| {kind} | {name} | " + " | ".join(f"{100 * m[f'{r}:gold_all']['mean']:.1f}" for r in readers) + " |")
+            say(f"| {kind} | {name} | " + " | ".join(f"{100 * m[f'{r}:gold_all']['mean']:.1f}" for r in readers) + " |")
 
-    print("\nguided order: later gold position (0 first, 1 last), and its paired difference from dense [95% CI]\n")
-    print("| blend | " + " | ".join(f"{kind} | − dense" for kind in KINDS) + " |")
-    print("|---" * (1 + 2 * len(KINDS)) + "|")
+    say("\nguided order: later gold position (0 first, 1 last), and its paired difference from dense [95% CI]\n")
+    say("| blend | " + " | ".join(f"{kind} | − dense" for kind in KINDS) + " |")
+    say("|---" * (1 + 2 * len(KINDS)) + "|")
     for blend in BLENDS:
         s = evaluate_orders(passages, embedder, cache, orders=("dense", "guided"), readers={"query": 0.0},
                             blend=blend)["summary"]
@@ -48,7 +56,9 @@ def main() -> None:
             g = s[kind]["orders"]["guided"]
             d = g["later_gold - dense"]
             cells += [f"{g['later_gold']['mean']:.3f}", f"{d['mean']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]"]
-        print(f"| {blend} | " + " | ".join(cells) + " |")
+        say(f"| {blend} | " + " | ".join(cells) + " |")
+    title = " ".join(__doc__.split("\n\n")[0].split())
+    print(f"wrote {record.write('eval_orders', title, 'python bench/eval_orders.py', lines, {})}")
 
 
 if __name__ == "__main__":
