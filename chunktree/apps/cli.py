@@ -147,7 +147,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--memory-tokens", type=int, default=512, help="memory budget (default %(default)s)")
     p.add_argument("--memory-weight", type=float, default=DEFAULT_MEMORY_WEIGHT,
                    help="extractive reader: weight of similarity to what the memory holds (default %(default)s: "
-                        "the query-only reader; see the README)")
+                        "the query-only reader; see the docs, Read)")
     p.add_argument("--window-tokens", type=int, default=4096, help="LLM context window (default %(default)s)")
     p.add_argument("--trace", type=Path, default=None, help="write one JSON line per worker step here")
     p.add_argument("--format", choices=("text", "json"), default="text",

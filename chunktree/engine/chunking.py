@@ -183,7 +183,7 @@ def _tokens(doc: Document, tokenizer: Any, bar: Any) -> tuple[np.ndarray, np.nda
     if unknown >= UNKNOWN_MIN_TOKENS and unknown >= UNKNOWN_SHARE * n:
         log.warning("%s: %d of its %d tokens (%.0f%%) are unknown to the embedding model's vocabulary (%s): "
                     "their meaning is lost. The default model reads English; for other languages export a "
-                    "multilingual model (README, 'Languages')", doc.source, unknown, n, 100 * unknown / n,
+                    "multilingual model (docs: Models and embedding, 'Languages')", doc.source, unknown, n, 100 * unknown / n,
                     unknown_token)
     return np.concatenate(starts), np.concatenate(ends), np.concatenate(levels)
 

@@ -18,7 +18,7 @@ Inside the chosen tree, the turn continues at the anchor, or branches from the b
 node when that node is off the recent path and fits by ``branch_margin`` more than the anchor.
 
 The thresholds were calibrated on stitched CoQA dialogues (``chunktree eval-track --calibrate``,
-on stories the evaluation does not use); the README gives the figures that chose them.
+on stories the evaluation does not use).
 """
 
 from __future__ import annotations

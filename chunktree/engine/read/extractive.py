@@ -39,7 +39,7 @@ from chunktree.engine.embedding import embed_texts
 from chunktree.engine.read.memory import Step
 
 # The default reader is query-only: the memory-aware score kept less gold evidence on the shared
-# data at every weight tried (module notes; README, "Does the order help?").
+# data at every weight tried (bench/eval_orders.py, both-gold retention per weight).
 DEFAULT_MEMORY_WEIGHT = 0.0
 # The memory-aware reader eval-order reports beside it: the least harmful weight on the HotpotQA
 # sample's bridge questions, where the memory term should help most.
