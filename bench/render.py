@@ -183,7 +183,11 @@ def page(docs: dict[str, dict[str, Any]]) -> str:
     for stem, doc in docs.items():
         versions = ", ".join(f"{k} {v}" for k, v in doc["versions"].items())
         out += ["", f"## {stem}", "", doc["title"], "", f"Run: {provenance(doc)}.", "", f"Versions: {versions}.", ""]
-        out += [_summary_line(line) for line in doc["summary"]] or ["- (no summary lines)"]
+        lines = [_summary_line(line) for line in doc["summary"]] or ["- (no summary lines)"]
+        for line in lines:  # a table stands between blank lines, or Markdown reads it as text
+            if line and out[-1] and line.startswith("|") != out[-1].startswith("|"):
+                out.append("")
+            out.append(line)
     if not docs:
         out += ["", "No results yet."]
     return "\n".join(out) + "\n"
