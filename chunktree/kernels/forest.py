@@ -188,7 +188,7 @@ def _best_edges_into(x: np.ndarray, rows: np.ndarray, cols: np.ndarray, per: int
                     right, scale = blocks[b % len(blocks)]
                     for r0 in parts[t].tolist():
                         r1 = r0 + ROW_STEP
-                        y = int8.product(left[r0:r1], right) if quantised else x[rows[r0:r1]] @ right  # type: ignore[index]
+                        y = int8.product(left[r0:r1], right) if quantised else x[rows[r0:r1]] @ right  # type: ignore[index]  # left is set where quantised
                         _keep_best(y, scale, b * COLUMN_BLOCK, pos[r0:r1], score[r0:r1])
         except threading.BrokenBarrierError:
             return  # another thread failed, and its error is raised
@@ -209,7 +209,7 @@ def _best_edges_into(x: np.ndarray, rows: np.ndarray, cols: np.ndarray, per: int
             score[r0:r1] = np.einsum("id,imd->im", x[rows[r0:r1]], x[cols[np.where(found[r0:r1], pos[r0:r1], 0)]])
         score[~found] = -np.inf
         best = np.lexsort((pos, -score), axis=1)[:, :per]  # ties: the earlier column
-        pos, score, found = (np.take_along_axis(a, best, axis=1) for a in (pos, score, found))  # type: ignore[assignment]
+        pos, score, found = (np.take_along_axis(a, best, axis=1) for a in (pos, score, found))  # type: ignore[assignment]  # same dtypes
     return np.where(found, cols[np.where(found, pos, 0)], -1), score
 
 

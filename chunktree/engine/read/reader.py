@@ -146,7 +146,7 @@ def read(
                                     f"instructions ({fixed}), the memory and the reply ({memory_tokens} each); "
                                     "raise it or lower memory_tokens")
     if sequence is None:
-        seq = order(items, query, strategy=strategy, embedder=embedder, cache=cache).order.tolist()  # type: ignore[arg-type]
+        seq = order(items, query, strategy=strategy, embedder=embedder, cache=cache).order.tolist()  # type: ignore[arg-type]  # chunks or strings
     t1 = time.perf_counter()
     if llm is None:
         worker = _extractive_worker(texts, provenance, query, embedder, cache, memory_tokens, memory_weight)
