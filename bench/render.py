@@ -42,11 +42,11 @@ def _get(doc: dict[str, Any] | None, *path: str) -> Any:
 
 def _runs(docs: dict[str, dict[str, Any]], suite: str) -> list[dict[str, Any]]:
     """The suite's results files: the default run first, then the runs with larger settings."""
-    return [doc for stem, doc in docs.items() if doc["suite"] == suite]
+    return [doc for doc in docs.values() if doc["suite"] == suite]
 
 
 # Each headline row: (suite, a function of its results file giving the row's cells, or None when
-# the file lacks the case). Cells: what was measured, chunktree, the reference, the ratio.
+# the file lacks the case). Cells: what was measured, chunktree, the reference, the comparison.
 def _naive(doc: dict[str, Any]) -> list[str] | None:
     r = _get(doc, "order", "naive_2000")
     return r and ["order 2,000 chunks from embeddings", f"{r['ours_s'] * 1e3:.1f} ms",

@@ -196,7 +196,7 @@ class Forest:
         assert self.judge is not None
         try:
             topic, reply = self.judge.topic(user, topics, current_tree, recent_texts)
-        except Exception as exc:
+        except Exception as exc:  # any failure of the LLM falls back, recorded
             return placement, {"asked": True, "used": False, "reply": None, "fallback": f"{type(exc).__name__}: {exc}"}
         record = {"asked": True, "used": True, "reply": reply, "fallback": None}
         if topic == placement.tree or (topic is None and placement.action == "new_topic"):
@@ -240,7 +240,7 @@ class Forest:
         if self.summariser is not None:
             try:
                 return self._cut(self.summariser(user, assistant), self.summary_tokens)
-            except Exception as exc:
+            except Exception as exc:  # any failure falls back to the extractive summary
                 self.summary_fallbacks.append(f"turn {len(self.nodes)}: {type(exc).__name__}: {exc}")
         whole = user if not assistant else f"{user} {assistant}"
         sentences = [s.strip() for s in _SENTENCE.findall(whole) if s.strip()] or [whole.strip()]

@@ -186,7 +186,7 @@ class MicroBatcher:
             t0 = time.perf_counter()
             try:
                 vectors, tokens = await loop.run_in_executor(self._executor, self._embed, texts)
-            except Exception as exc:
+            except Exception as exc:  # handed to every waiting request
                 for job in batch:
                     if not job.future.done():
                         job.future.set_exception(exc)
