@@ -79,8 +79,10 @@ class EmbeddingCache:
 
     Parameters
     ----------
-    path : SQLite file; default ``<cache dir>/embeddings.sqlite`` (see ``chunktree.paths``).
-    timeout : seconds to wait for another process's write lock.
+    path
+        SQLite file; default ``<cache dir>/embeddings.sqlite`` (see ``chunktree.paths``).
+    timeout
+        seconds to wait for another process's write lock.
     """
 
     def __init__(self, path: str | Path | None = None, *, timeout: float = 60.0) -> None:
@@ -128,9 +130,11 @@ class EmbeddingCache:
 
         Returns
         -------
-        vectors : float32 (len(texts), dim): ``out`` when given (e.g. a memory-mapped file), else a
+        vectors
+            float32 (len(texts), dim): ``out`` when given (e.g. a memory-mapped file), else a
             new array. Rows of misses are not written (zero in a new array).
-        found : bool (len(texts),); True where the vector came from the cache.
+        found
+            bool (len(texts),); True where the vector came from the cache.
         """
         keys = [text_key(t) for t in texts]
         vectors = np.zeros((len(keys), dim), dtype=np.float32) if out is None else out

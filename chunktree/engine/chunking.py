@@ -59,13 +59,20 @@ class Chunk:
 
     Attributes
     ----------
-    id : position of the chunk in the list it was returned in.
-    source : the document's source (path, URI, or ``path#id`` for a JSONL record).
-    index : position of the chunk within its source.
-    start, end : character offsets into the source document's text.
-    page : 1-based PDF page where the chunk starts, else None.
-    heading : the nearest heading at or before the chunk's start, else None.
-    meta : the document's extra fields (JSONL records).
+    id
+        position of the chunk in the list it was returned in.
+    source
+        the document's source (path, URI, or ``path#id`` for a JSONL record).
+    index
+        position of the chunk within its source.
+    start, end
+        character offsets into the source document's text.
+    page
+        1-based PDF page where the chunk starts, else None.
+    heading
+        the nearest heading at or before the chunk's start, else None.
+    meta
+        the document's extra fields (JSONL records).
     """
 
     id: int
@@ -94,12 +101,17 @@ def chunk_documents(
 
     Parameters
     ----------
-    documents : from ``read_paths`` or ``sample_documents``.
-    tokenizer : the embedder's ``tokenizers.Tokenizer`` (``Embedder.tokenizer``), without truncation
+    documents
+        from ``read_paths`` or ``sample_documents``.
+    tokenizer
+        the embedder's ``tokenizers.Tokenizer`` (``Embedder.tokenizer``), without truncation
         or padding.
-    chunk_tokens : tokens per chunk, the tokenizer's special tokens included.
-    overlap_tokens : at most this many tokens are shared by consecutive chunks of a document.
-    progress : count characters chunked on stderr (for inputs of at least ``PROGRESS_CHARS``).
+    chunk_tokens
+        tokens per chunk, the tokenizer's special tokens included.
+    overlap_tokens
+        at most this many tokens are shared by consecutive chunks of a document.
+    progress
+        count characters chunked on stderr (for inputs of at least ``PROGRESS_CHARS``).
     """
     special = tokenizer.post_processor.num_special_tokens_to_add(False) if tokenizer.post_processor else 0
     if integer(chunk_tokens, "chunk_tokens") <= special:

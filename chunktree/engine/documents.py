@@ -39,12 +39,18 @@ class Document:
 
     Attributes
     ----------
-    source : path or URI of the source; ``path#id`` for one line of a JSONL file.
-    text : the document text that chunk offsets index into.
-    kind : ``"text"`` or ``"markdown"`` (decides the splitter).
-    page_starts : for PDFs, the character offset where each page starts (page 1 first).
-    headings : (offset, heading) pairs in text order.
-    meta : extra fields of a JSONL record.
+    source
+        path or URI of the source; ``path#id`` for one line of a JSONL file.
+    text
+        the document text that chunk offsets index into.
+    kind
+        ``"text"`` or ``"markdown"`` (decides the splitter).
+    page_starts
+        for PDFs, the character offset where each page starts (page 1 first).
+    headings
+        (offset, heading) pairs in text order.
+    meta
+        extra fields of a JSONL record.
     """
 
     source: str

@@ -55,8 +55,10 @@ def embed_texts(
 
     Returns
     -------
-    vectors : float32 (len(texts), embedder.dim), unit rows (``out`` when given).
-    stats : counts and time.
+    vectors
+        float32 (len(texts), embedder.dim), unit rows (``out`` when given).
+    stats
+        counts and time.
     """
     positive_int(commit_every, "commit_every")
     texts = list(texts)

@@ -37,13 +37,20 @@ class Inputs:
 
     Attributes
     ----------
-    vectors : float32 (n, d), C-contiguous, unit rows.
-    query : float32 (d,) unit vector, or None.
-    query_text : the query when it was given as a string.
-    items : what the caller passed when it was chunks or strings (for provenance), else None.
-    texts : the chunk texts when known, else None.
-    embedding : what embedding the chunks cost; None when vectors were given.
-    embedder : the embedder used for texts (None when nothing needed embedding).
+    vectors
+        float32 (n, d), C-contiguous, unit rows.
+    query
+        float32 (d,) unit vector, or None.
+    query_text
+        the query when it was given as a string.
+    items
+        what the caller passed when it was chunks or strings (for provenance), else None.
+    texts
+        the chunk texts when known, else None.
+    embedding
+        what embedding the chunks cost; None when vectors were given.
+    embedder
+        the embedder used for texts (None when nothing needed embedding).
     """
 
     vectors: np.ndarray

@@ -36,29 +36,44 @@ class MiniBatchKMeans:
 
     Parameters
     ----------
-    n_clusters : K.
-    batch_size : rows per mini-batch step, at least ``ROWS_PER_CENTRE`` per centre (so for K above
+    n_clusters
+        K.
+    batch_size
+        rows per mini-batch step, at least ``ROWS_PER_CENTRE`` per centre (so for K above
         128 the batch grows with K).
-    max_steps : at most this many mini-batch steps.
-    tol : stop when the squared centre movement of a step is below tol times the data's mean
+    max_steps
+        at most this many mini-batch steps.
+    tol
+        stop when the squared centre movement of a step is below tol times the data's mean
         per-feature variance (0 disables).
-    max_no_improvement : stop after this many steps without a new best smoothed batch inertia.
-    refine : full Lloyd passes after the mini-batch phase.
-    init_size : rows sampled for k-means++ seeding (default max(3 * batch_size, 100 * K), that
+    max_no_improvement
+        stop after this many steps without a new best smoothed batch inertia.
+    refine
+        full Lloyd passes after the mini-batch phase.
+    init_size
+        rows sampled for k-means++ seeding (default max(3 * batch_size, 100 * K), that
         at most ``SEEDING_ROWS``; capped at n).
-    n_init : k-means++ seedings tried on that sample; the one with the lowest inertia on the
+    n_init
+        k-means++ seedings tried on that sample; the one with the lowest inertia on the
         sample is kept.
-    random_state : int seed or numpy Generator.
+    random_state
+        int seed or numpy Generator.
 
     Attributes
     ----------
-    cluster_centers_ : float32 (K, d).
-    labels_ : int64, the nearest centre of each row (after ``partial_fit``: of the last batch).
-    inertia_ : sum of squared distances to the nearest centre (after ``partial_fit``: of the
+    cluster_centers_
+        float32 (K, d).
+    labels_
+        int64, the nearest centre of each row (after ``partial_fit``: of the last batch).
+    inertia_
+        sum of squared distances to the nearest centre (after ``partial_fit``: of the
         last batch, as scikit-learn does).
-    n_features_in_ : d.
-    n_steps_ : mini-batch steps taken.
-    n_iter_ : passes over the data (mini-batch steps as whole passes, plus the Lloyd passes);
+    n_features_in_
+        d.
+    n_steps_
+        mini-batch steps taken.
+    n_iter_
+        passes over the data (mini-batch steps as whole passes, plus the Lloyd passes);
         set by ``fit``.
     """
 

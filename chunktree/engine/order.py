@@ -90,23 +90,35 @@ class OrderResult:
 
     Attributes
     ----------
-    order : int64 (n,), chunk indices in reading order.
-    root : the first chunk.
-    parent : int64 (n,), each chunk's parent in the tree, -1 for the root; None for baselines.
-    parent_similarity : float32 (n,), similarity to the parent (NaN for the root); None for baselines.
-    query_similarity : float32 (n,), similarity of each chunk to the query; None without a query.
-    tree_weight : sum of the tree's edge similarities (NaN for baselines).
-    strategy, method : what was used.
-    params : the parameters that decided the result (n, dims, ``duplicates``: chunks that repeat an
+    order
+        int64 (n,), chunk indices in reading order.
+    root
+        the first chunk.
+    parent
+        int64 (n,), each chunk's parent in the tree, -1 for the root; None for baselines.
+    parent_similarity
+        float32 (n,), similarity to the parent (NaN for the root); None for baselines.
+    query_similarity
+        float32 (n,), similarity of each chunk to the query; None without a query.
+    tree_weight
+        sum of the tree's edge similarities (NaN for baselines).
+    strategy, method
+        what was used.
+    params
+        the parameters that decided the result (n, dims, ``duplicates``: chunks that repeat an
         earlier one exactly, and the sparse method's k,
         n_clusters, probes, seed, recall_estimate and refine_passes (``sparse_neighbours``), forest
         components and joining edges).
-    timings : seconds per stage (``embed_s``, ``tree_s``, ``traverse_s``, ``total_s``; for the
+    timings
+        seconds per stage (``embed_s``, ``tree_s``, ``traverse_s``, ``total_s``; for the
         sparse method also the parts of ``tree_s``: ``kmeans_s``, ``topk_s``, ``refine_s``, ``forest_s``,
         ``join_s``).
-    query : the query when it was given as text.
-    embedding : what embedding the chunks cost (None when embeddings were given).
-    items : the chunks or strings that were ordered (None when embeddings were given).
+    query
+        the query when it was given as text.
+    embedding
+        what embedding the chunks cost (None when embeddings were given).
+    items
+        the chunks or strings that were ordered (None when embeddings were given).
     """
 
     order: np.ndarray
@@ -183,21 +195,30 @@ def order(
 
     Parameters
     ----------
-    chunks_or_embeddings : ``Chunk`` objects or strings (embedded with ``embedder``, default the
+    chunks_or_embeddings
+        ``Chunk`` objects or strings (embedded with ``embedder``, default the
         default model, through ``cache``), or a float array (n, d) of embeddings.
-    query : a string (embedded like the chunks) or a vector (d,); optional.
-    strategy : ``"bfs"`` (CL-ORDER), ``"dfs"``, ``"guided"``, ``"dense_tree"``, or the baselines
+    query
+        a string (embedded like the chunks) or a vector (d,); optional.
+    strategy
+        ``"bfs"`` (CL-ORDER), ``"dfs"``, ``"guided"``, ``"dense_tree"``, or the baselines
         ``"document"`` and ``"dense"`` (needs a query).
-    root : a chunk index to start from; default: most similar to the query, else most central.
-    method : ``"exact"`` (dense Prim's), ``"sparse"`` (top-K graph, forest, joined) or ``"auto"``
+    root
+        a chunk index to start from; default: most similar to the query, else most central.
+    method
+        ``"exact"`` (dense Prim's), ``"sparse"`` (top-K graph, forest, joined) or ``"auto"``
         (exact up to ``EXACT_MAX_N`` chunks, sparse beyond).
-    k, n_clusters, probes, seed : the sparse method's neighbours per chunk (default 16, capped at
+    k, n_clusters, probes, seed
+        the sparse method's neighbours per chunk (default 16, capped at
         n - 1), K-means clusters (default 2 * sqrt(n)), clusters searched per chunk (default 16)
         and K-means seed.
-    blend : for ``"guided"``: the weight of the edge similarity against the query similarity
+    blend
+        for ``"guided"``: the weight of the edge similarity against the query similarity
         (1: edge weight only, 0: query similarity only; without a query, edge weight only).
-    progress : show a progress bar while embedding.
-    ray : run the embedding and the sparse method's top-K search on a Ray cluster
+    progress
+        show a progress bar while embedding.
+    ray
+        run the embedding and the sparse method's top-K search on a Ray cluster
         (``chunktree[ray]``): ``"local"`` starts one on this machine, otherwise the address of a
         running one (``"auto"`` or ``HOST:PORT``). Same result as without it (``engine.distributed``).
     """

@@ -202,12 +202,16 @@ def sweep(sizes: Sequence[int] = DEFAULT_SIZES, *, embeddings: str | os.PathLike
 
     Parameters
     ----------
-    embeddings : a ``.npy`` of the user's own vectors (float16/32/64, memory-mapped), subsampled
+    embeddings
+        a ``.npy`` of the user's own vectors (float16/32/64, memory-mapped), subsampled
         to each size; sizes above its row count are dropped. Default: ``synthetic_embeddings``
         with ``topics`` topics.
-    time_budget_s : the longest one ordering run may take; a size projected past it is not run.
-    memory_budget_mb : the most one run may hold; default three quarters of this machine's memory.
-    say : where progress lines go (default: this module's logger, at INFO).
+    time_budget_s
+        the longest one ordering run may take; a size projected past it is not run.
+    memory_budget_mb
+        the most one run may hold; default three quarters of this machine's memory.
+    say
+        where progress lines go (default: this module's logger, at INFO).
     """
     sizes = sorted({integer(n, "sizes (chunk counts)", 100) for n in sizes})
     if not sizes:

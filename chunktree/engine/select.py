@@ -47,12 +47,18 @@ class Cluster:
 
     Attributes
     ----------
-    id : position in ``SelectResult.clusters``.
-    representatives : chunk indices nearest the centre, nearest first.
-    distances : Euclidean distance of each representative to the centre.
-    size : number of member chunks.
-    members : int64 array of every member chunk index, ascending.
-    chunks : the representative ``Chunk`` objects (with provenance) when chunks were given.
+    id
+        position in ``SelectResult.clusters``.
+    representatives
+        chunk indices nearest the centre, nearest first.
+    distances
+        Euclidean distance of each representative to the centre.
+    size
+        number of member chunks.
+    members
+        int64 array of every member chunk index, ascending.
+    chunks
+        the representative ``Chunk`` objects (with provenance) when chunks were given.
     """
 
     id: int
@@ -69,19 +75,29 @@ class SelectResult:
 
     Attributes
     ----------
-    clusters : in the input order of their first representative.
-    labels : int64 (n,), each chunk's cluster (an index into ``clusters``).
-    centers : float32 (len(clusters), d), the cluster centres.
-    k : the K asked for (or derived); ``len(clusters)`` is smaller when fewer than K chunks are
+    clusters
+        in the input order of their first representative.
+    labels
+        int64 (n,), each chunk's cluster (an index into ``clusters``).
+    centers
+        float32 (len(clusters), d), the cluster centres.
+    k
+        the K asked for (or derived); ``len(clusters)`` is smaller when fewer than K chunks are
         distinct (exact duplicates always share a cluster) or K-means left a cluster empty.
-    inertia : sum of squared distances of the chunks to their centres.
-    params : the parameters that decided the result (n, k, per_cluster, seed, balance, and how K
+    inertia
+        sum of squared distances of the chunks to their centres.
+    params
+        the parameters that decided the result (n, k, per_cluster, seed, balance, and how K
         was derived) and what the data allowed: ``distinct_chunks`` and ``duplicates`` (chunks
         that repeat an earlier one exactly; they join its cluster and never represent one).
-    timings : seconds per stage (``embed_s``, ``cluster_s``, ``total_s``).
-    embedding : what embedding the chunks cost (None when embeddings were given).
-    items : the chunks or strings that were clustered (None when embeddings were given).
-    vectors : float32 (n, d), the unit vectors that were clustered (for ``to_html``/``to_png``).
+    timings
+        seconds per stage (``embed_s``, ``cluster_s``, ``total_s``).
+    embedding
+        what embedding the chunks cost (None when embeddings were given).
+    items
+        the chunks or strings that were clustered (None when embeddings were given).
+    vectors
+        float32 (n, d), the unit vectors that were clustered (for ``to_html``/``to_png``).
     """
 
     clusters: list[Cluster]
@@ -180,17 +196,25 @@ def select(
 
     Parameters
     ----------
-    chunks_or_embeddings : ``Chunk`` objects or strings (embedded with ``embedder`` through
+    chunks_or_embeddings
+        ``Chunk`` objects or strings (embedded with ``embedder`` through
         ``cache``), or a float array (n, d) of embeddings.
-    k : the number of clusters (outputs wanted), ``"elbow"``, or None to derive it from
+    k
+        the number of clusters (outputs wanted), ``"elbow"``, or None to derive it from
         ``budget_tokens``.
-    per_cluster : representatives per cluster (the members nearest the centre).
-    budget_tokens : with ``k=None``: K = budget_tokens // (mean chunk tokens * per_cluster).
-    tokens : token count of each chunk (needed with ``budget_tokens`` for embeddings input;
+    per_cluster
+        representatives per cluster (the members nearest the centre).
+    budget_tokens
+        with ``k=None``: K = budget_tokens // (mean chunk tokens * per_cluster).
+    tokens
+        token count of each chunk (needed with ``budget_tokens`` for embeddings input;
         counted with ``Embedder.count_tokens`` for chunks and strings).
-    balance : give small topics a better chance of a cluster of their own (see the module notes).
-    seed : K-means seed; the same seed gives the same selection.
-    progress : show a progress bar while embedding.
+    balance
+        give small topics a better chance of a cluster of their own (see the module notes).
+    seed
+        K-means seed; the same seed gives the same selection.
+    progress
+        show a progress bar while embedding.
     """
     per_cluster = positive_int(per_cluster, "per_cluster")
     _check_k(k, budget_tokens)

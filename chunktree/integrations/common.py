@@ -53,11 +53,16 @@ class Ranking:
 
     Parameters
     ----------
-    model : a chunktree model name or ONNX file (``Embedder``).
-    cache : True: the embedding cache in the user cache dir; False: no cache; or a SQLite path.
-    strategy : the reading order (``order``'s strategies; default the measured default).
-    method : ``order``'s method (``"auto"``, ``"exact"``, ``"sparse"``).
-    use_embeddings : use a document's own embedding when it has the embedder's dimension.
+    model
+        a chunktree model name or ONNX file (``Embedder``).
+    cache
+        True: the embedding cache in the user cache dir; False: no cache; or a SQLite path.
+    strategy
+        the reading order (``order``'s strategies; default the measured default).
+    method
+        ``order``'s method (``"auto"``, ``"exact"``, ``"sparse"``).
+    use_embeddings
+        use a document's own embedding when it has the embedder's dimension.
     """
 
     def __init__(self, model: str = DEFAULT_MODEL_NAME, cache: str | bool = True, strategy: str = DEFAULT_STRATEGY,

@@ -18,14 +18,19 @@ def assign(x: np.ndarray, centers: np.ndarray, x_sq: np.ndarray | None = None,
 
     Parameters
     ----------
-    x : float32 (n, d), C-contiguous.
-    centers : float32 (k, d).
-    x_sq : optional float32 (n,) squared row norms of ``x``.
+    x
+        float32 (n, d), C-contiguous.
+    centers
+        float32 (k, d).
+    x_sq
+        optional float32 (n,) squared row norms of ``x``.
 
     Returns
     -------
-    labels : int64 (n,), the nearest centre (ties to the lower index).
-    dist_sq : float32 (n,), squared Euclidean distance to it (clipped at 0).
+    labels
+        int64 (n,), the nearest centre (ties to the lower index).
+    dist_sq
+        float32 (n,), squared Euclidean distance to it (clipped at 0).
     """
     n = x.shape[0]
     c_sq = np.einsum("ij,ij->i", centers, centers)

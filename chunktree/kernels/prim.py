@@ -16,13 +16,17 @@ def prim_max_spanning_tree(sim, root):  # pragma: no cover - compiled
 
     Parameters
     ----------
-    sim : float32 (n, n), C-contiguous, symmetric; the diagonal is ignored.
-    root : int64 in [0, n).
+    sim
+        float32 (n, n), C-contiguous, symmetric; the diagonal is ignored.
+    root
+        int64 in [0, n).
 
     Returns
     -------
-    parent : int64 (n,); parent[root] == -1.
-    weight : float32 (n,); sim[i, parent[i]], 0 for the root.
+    parent
+        int64 (n,); parent[root] == -1.
+    weight
+        float32 (n,); sim[i, parent[i]], 0 for the root.
     Ties go to the lower vertex index for the next vertex, and to the vertex that joined the tree
     first for a parent, so the result is deterministic.
     """

@@ -65,9 +65,12 @@ def topk_clustered(x: np.ndarray, k: int, centers: np.ndarray, probes: int,
 
     Parameters
     ----------
-    x : float32 (n, d), C-contiguous unit rows.
-    centers : float32 (c, d) cluster centres (e.g. K-means on a sample of ``x``).
-    probes : clusters searched per row, in [1, c].
+    x
+        float32 (n, d), C-contiguous unit rows.
+    centers
+        float32 (c, d) cluster centres (e.g. K-means on a sample of ``x``).
+    probes
+        clusters searched per row, in [1, c].
 
     Returns ids int64 (n, k) and similarities float32 (n, k), descending, ties to the lower id;
     where fewer than k candidates were seen, the tail holds id -1 and similarity -inf.

@@ -45,10 +45,13 @@ class Embedder:
 
     Parameters
     ----------
-    model : a known model name (default ``"all-MiniLM-L6-v2"``; ``"all-MiniLM-L6-v2-int8"`` is its
+    model
+        a known model name (default ``"all-MiniLM-L6-v2"``; ``"all-MiniLM-L6-v2-int8"`` is its
         int8 variant, ``models.quantize``) or an ONNX file from ``chunktree export``.
-    threads : onnxruntime intra-op threads; ``None`` lets onnxruntime use every physical core.
-    batch_size : windows per forward pass; windows are sorted by token count before batching
+    threads
+        onnxruntime intra-op threads; ``None`` lets onnxruntime use every physical core.
+    batch_size
+        windows per forward pass; windows are sorted by token count before batching
         (an int8 model runs each window alone, whatever the batch size).
     """
 

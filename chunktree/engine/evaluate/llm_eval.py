@@ -69,8 +69,10 @@ class CachedChat:
 
     Parameters
     ----------
-    client : the ``ChatClient`` to call on a miss.
-    path : the SQLite file (default ``<cache dir>/llm.sqlite``).
+    client
+        the ``ChatClient`` to call on a miss.
+    path
+        the SQLite file (default ``<cache dir>/llm.sqlite``).
     """
 
     def __init__(self, client: Any, path: str | Path | None = None) -> None:

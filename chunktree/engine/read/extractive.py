@@ -68,10 +68,14 @@ class Sentences:
 
     Attributes
     ----------
-    chunk, start, end : int64 (m,), each sentence's chunk and its span in that chunk's text.
-    tokens : int64 (m,), tokens of each sentence.
-    vectors : float32 (m, d), unit rows.
-    indptr : int64 (n_chunks + 1,), the sentences of chunk i are ``indptr[i]:indptr[i + 1]``.
+    chunk, start, end
+        int64 (m,), each sentence's chunk and its span in that chunk's text.
+    tokens
+        int64 (m,), tokens of each sentence.
+    vectors
+        float32 (m, d), unit rows.
+    indptr
+        int64 (n_chunks + 1,), the sentences of chunk i are ``indptr[i]:indptr[i + 1]``.
     """
 
     chunk: np.ndarray
@@ -107,12 +111,18 @@ class ExtractiveWorker:
 
     Parameters
     ----------
-    sentences : ``Sentences.of(texts, ...)``.
-    scores : float (m,), each sentence's score (higher is kept first).
-    memory_tokens : the memory budget.
-    texts : the chunk texts (for the quotes).
-    provenance : the ``Chunk`` of each text, for source offsets of the evidence; optional.
-    memory_weight : weight of the similarity to the memory (0: query-only; see the module notes).
+    sentences
+        ``Sentences.of(texts, ...)``.
+    scores
+        float (m,), each sentence's score (higher is kept first).
+    memory_tokens
+        the memory budget.
+    texts
+        the chunk texts (for the quotes).
+    provenance
+        the ``Chunk`` of each text, for source offsets of the evidence; optional.
+    memory_weight
+        weight of the similarity to the memory (0: query-only; see the module notes).
     """
 
     def __init__(self, sentences: Sentences, scores: np.ndarray, memory_tokens: int, texts: Sequence[str],

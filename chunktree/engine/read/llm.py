@@ -46,13 +46,20 @@ class ChatClient:
 
     Parameters
     ----------
-    base_url : e.g. ``http://127.0.0.1:8080/v1`` (``/chat/completions`` is appended).
-    model : the model name the server expects.
-    api_key : sent as a bearer token when given.
-    timeout : seconds per request.
-    retries : further attempts after a 429, a 5xx or a network error.
-    backoff : seconds before the first retry, doubling each time (a ``Retry-After`` header wins).
-    temperature : sampling temperature (0 for repeatable runs).
+    base_url
+        e.g. ``http://127.0.0.1:8080/v1`` (``/chat/completions`` is appended).
+    model
+        the model name the server expects.
+    api_key
+        sent as a bearer token when given.
+    timeout
+        seconds per request.
+    retries
+        further attempts after a 429, a 5xx or a network error.
+    backoff
+        seconds before the first retry, doubling each time (a ``Retry-After`` header wins).
+    temperature
+        sampling temperature (0 for repeatable runs).
     """
 
     def __init__(self, base_url: str | None = None, model: str | None = None, api_key: str | None = None, *,

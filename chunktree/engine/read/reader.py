@@ -50,14 +50,22 @@ class ReadResult:
 
     Attributes
     ----------
-    answer : the manager's answer (or summary).
-    memory : the last memory.
-    order : the chunk indices in the order they were read.
-    steps : one ``Step`` per worker call.
-    strategy : the order's strategy, or ``"given"`` for an explicit sequence.
-    reader : ``"extractive"`` or ``"llm"``.
-    params : memory and window budgets, the model (LLM), the query.
-    timings : seconds per stage (``order_s``, ``read_s``, ``answer_s``, ``total_s``).
+    answer
+        the manager's answer (or summary).
+    memory
+        the last memory.
+    order
+        the chunk indices in the order they were read.
+    steps
+        one ``Step`` per worker call.
+    strategy
+        the order's strategy, or ``"given"`` for an explicit sequence.
+    reader
+        ``"extractive"`` or ``"llm"``.
+    params
+        memory and window budgets, the model (LLM), the query.
+    timings
+        seconds per stage (``order_s``, ``read_s``, ``answer_s``, ``total_s``).
     """
 
     answer: str
@@ -101,16 +109,24 @@ def read(
 
     Parameters
     ----------
-    strategy : how ``chunktree.order`` orders the chunks (one of ``chunktree.engine.order.STRATEGIES``);
+    strategy
+        how ``chunktree.order`` orders the chunks (one of ``chunktree.engine.order.STRATEGIES``);
         ignored when ``sequence`` is given.
-    sequence : an explicit reading order (distinct chunk indices, not necessarily all).
-    llm : a ``ChatClient``; None for the extractive worker (no LLM).
-    memory_weight : the extractive worker's weight of similarity to what its memory holds (0: the
+    sequence
+        an explicit reading order (distinct chunk indices, not necessarily all).
+    llm
+        a ``ChatClient``; None for the extractive worker (no LLM).
+    memory_weight
+        the extractive worker's weight of similarity to what its memory holds (0: the
         query-only worker; see ``engine.read.extractive``).
-    memory_tokens : the memory's budget, in estimated tokens.
-    window_tokens : the model's context window; every worker call fits in it.
-    prompts : overrides for ``worker``, ``worker_summary``, ``manager``, ``manager_summary``.
-    trace : a JSONL file to write one line per step to.
+    memory_tokens
+        the memory's budget, in estimated tokens.
+    window_tokens
+        the model's context window; every worker call fits in it.
+    prompts
+        overrides for ``worker``, ``worker_summary``, ``manager``, ``manager_summary``.
+    trace
+        a JSONL file to write one line per step to.
     """
     t0 = time.perf_counter()
     items = list(chunks)
