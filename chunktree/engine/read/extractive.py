@@ -26,6 +26,7 @@ much as the bridge. So query-only is the default; the memory-aware worker is an 
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -46,12 +47,21 @@ DEFAULT_MEMORY_WEIGHT = 0.0
 MEMORY_AWARE_WEIGHT = 0.25
 
 
+# A line break inside a paragraph (hard-wrapped text): not a sentence end. A break before a blank
+# line, a heading, a quote or a list item is left as it is.
+_WRAPPED = re.compile(r"(?<!\n)\n(?![\n#>*+\-]|\d+[.)]\s)")
+
+
 def split_sentences(text: str) -> list[tuple[int, int]]:
-    """(start, end) character spans of the sentences of ``text`` (pysbd), whitespace trimmed."""
+    """(start, end) character spans of the sentences of ``text`` (pysbd), whitespace trimmed.
+
+    pysbd ends a sentence at every line break, so hard-wrapped lines are joined first (each such
+    break read as a space: the offsets stay those of ``text``)."""
     import pysbd
 
     spans = []
-    for s in pysbd.Segmenter(language="en", clean=False, char_span=True).segment(text):
+    joined = _WRAPPED.sub(" ", text)
+    for s in pysbd.Segmenter(language="en", clean=False, char_span=True).segment(joined):
         start, end = s.start, s.end
         while start < end and text[start].isspace():
             start += 1

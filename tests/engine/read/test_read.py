@@ -122,3 +122,14 @@ def test_window_too_small(server, embedder):
     with pytest.raises(ValueError, match="window_tokens=300 leaves"):
         read(["a"], "q", llm=ChatClient(server.base_url, "memory"), embedder=embedder, memory_tokens=200,
              window_tokens=300)
+
+
+def test_sentences_run_across_hard_line_breaks_but_not_across_paragraphs_or_headings():
+    from chunktree.engine.read.extractive import split_sentences
+
+    text = ("# Why a loaf does not rise\n\nA loaf that stays flat was proofed wrongly. Under-proofed dough has\n"
+            "not made enough gas and tears open.\nA weak starter slows it down.\n- a list item\n1. a numbered one")
+    got = [text[a:b] for a, b in split_sentences(text)]
+    assert got == ["# Why a loaf does not rise", "A loaf that stays flat was proofed wrongly.",
+                   "Under-proofed dough has\nnot made enough gas and tears open.", "A weak starter slows it down.",
+                   "- a list item", "1. a numbered one"]
