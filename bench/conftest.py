@@ -13,6 +13,7 @@ import record
 # RESULTS[suite][group][case]: what each suite (a bench_*.py module) measured in this run.
 RESULTS: dict[str, dict] = defaultdict(lambda: defaultdict(dict))
 SUMMARIES = []
+LINES: dict[str, list[str]] = {}  # each suite's summary lines, made once at the end of the session
 
 
 def summary(fn):
@@ -26,8 +27,8 @@ def _summaries(suite):
     return [line for fn in SUMMARIES if fn.__module__ == suite for line in fn(RESULTS[suite])]
 
 
-def pytest_terminal_summary(terminalreporter):
-    lines = [line for suite in sorted(RESULTS) for line in _summaries(suite)]
+def pytest_terminal_summary(terminalreporter):  # after pytest_sessionfinish, which fills LINES
+    lines = [line for suite in sorted(LINES) for line in LINES[suite]]
     if lines:
         terminalreporter.section("chunktree benchmark summary")
         for line in lines:
@@ -39,9 +40,10 @@ def pytest_sessionfinish(session):
         if not any(RESULTS[suite].values()):
             continue
         module = sys.modules.get(suite)
-        title = " ".join((module.__doc__ or suite).strip().split("\n\n")[0].split()) if module else suite
+        LINES[suite] = _summaries(suite)
         args = " ".join(session.config.invocation_params.args) or "bench"
-        path = record.write(suite, title, f"python -m pytest {args}", _summaries(suite), RESULTS[suite])
+        path = record.write(suite, record.title(module.__doc__ if module else None, suite), f"python -m pytest {args}",
+                            LINES[suite], RESULTS[suite])
         session.config.pluginmanager.get_plugin("terminalreporter").write_line(f"wrote {path}")
 
 

@@ -57,8 +57,7 @@ def main() -> None:
             d = g["later_gold - dense"]
             cells += [f"{g['later_gold']['mean']:.3f}", f"{d['mean']:+.3f} [{d['lo']:+.3f}, {d['hi']:+.3f}]"]
         say(f"| {blend} | " + " | ".join(cells) + " |")
-    title = " ".join(__doc__.split("\n\n")[0].split())
-    print(f"wrote {record.write('eval_orders', title, 'python bench/eval_orders.py', lines, {})}")
+    print(f"wrote {record.write('eval_orders', record.title(__doc__, 'eval_orders'), 'python bench/eval_orders.py', lines, {})}")
 
 
 if __name__ == "__main__":

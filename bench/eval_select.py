@@ -91,8 +91,7 @@ def main() -> None:
     chapters = np.array([int(c.source.rsplit("_", 1)[1]) for c in chunks])
     lines += table("Moby-Dick chunks by chapter", y, chapters, [135, 270], args.seeds)
     print("\n".join(lines))
-    title = " ".join(__doc__.split("\n\n")[0].split())
-    print(f"wrote {record.write('eval_select', title, 'python bench/eval_select.py', lines, {})}")
+    print(f"wrote {record.write('eval_select', record.title(__doc__, 'eval_select'), 'python bench/eval_select.py', lines, {})}")
 
 
 if __name__ == "__main__":

@@ -12,12 +12,13 @@ from __future__ import annotations
 import datetime
 import importlib.metadata
 import json
-import math
 import os
 import platform
 import subprocess
 from pathlib import Path
 from typing import Any
+
+from chunktree.engine.results import finite
 
 RESULTS_DIR = Path(__file__).resolve().parent / "results"
 ROOT = RESULTS_DIR.parents[1]
@@ -85,16 +86,18 @@ def commit(name: str) -> dict[str, Any]:
 
 
 def jsonable(value: Any) -> Any:
-    """Results as strict JSON: tuple keys joined by '/', NumPy values as Python ones, NaN as null."""
+    """Results as strict JSON: tuple keys joined by '/', the values through chunktree's own
+    ``finite`` (NumPy values as Python ones, NaN as null)."""
     if isinstance(value, dict):
         return {"/".join(map(str, k)) if isinstance(k, tuple) else str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
         return [jsonable(v) for v in value]
-    if hasattr(value, "tolist"):  # NumPy arrays and scalars
-        return jsonable(value.tolist())
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
+    return finite(value)
+
+
+def title(doc: str | None, default: str) -> str:
+    """A suite's title: the first paragraph of its module docstring, on one line."""
+    return " ".join((doc or default).strip().split("\n\n")[0].split())
 
 
 def write(name: str, title: str, command: str, summary: list[str], results: dict[str, Any]) -> Path:

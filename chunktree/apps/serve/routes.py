@@ -62,10 +62,12 @@ def _model_card(service: Service) -> dict[str, Any]:
     return {"id": service.embedder.model_id, "object": "model", "created": service.started, "owned_by": "chunktree"}
 
 
-def _not_served(service: Service, model: str, param: str | None) -> HTTPError:
+def _check_served(service: Service, model: str, param: str | None) -> None:
+    """404 ``model_not_found`` unless ``model`` is the served model's name or id."""
     served = (service.embedder.name, service.embedder.model_id)
-    return HTTPError(404, f"the model {model!r} is not served here; this server serves {served[0]!r} "
-                          f"(model id {served[1]!r})", param, code="model_not_found")
+    if model not in served:
+        raise HTTPError(404, f"the model {model!r} is not served here; this server serves {served[0]!r} "
+                             f"(model id {served[1]!r})", param, code="model_not_found")
 
 
 async def list_models(service: Service, body: dict[str, Any], params: dict[str, str]) -> Any:
@@ -73,8 +75,7 @@ async def list_models(service: Service, body: dict[str, Any], params: dict[str, 
 
 
 async def get_model(service: Service, body: dict[str, Any], params: dict[str, str]) -> Any:
-    if params["id"] not in (service.embedder.name, service.embedder.model_id):
-        raise _not_served(service, params["id"], None)
+    _check_served(service, params["id"], None)
     return _model_card(service)
 
 
@@ -85,8 +86,8 @@ async def embeddings(service: Service, body: dict[str, Any], params: dict[str, s
     if fmt not in ("float", "base64"):
         raise HTTPError(422, f"'encoding_format' must be 'float' or 'base64'; got {fmt!r}", "encoding_format")
     model = optional_field(body, "model", str, None)
-    if model is not None and model not in (service.embedder.name, service.embedder.model_id):
-        raise _not_served(service, model, "model")
+    if model is not None:
+        _check_served(service, model, "model")
     dims = optional_field(body, "dimensions", int, None)
     if dims is not None and dims != service.embedder.dim:
         raise HTTPError(422, f"'dimensions' must be {service.embedder.dim} for this model; got {dims}", "dimensions")
