@@ -26,7 +26,8 @@ from chunktree.engine.order import DEFAULT_K, DEFAULT_STRATEGY, EXACT_MAX_N, MET
 from chunktree.engine.read.extractive import DEFAULT_MEMORY_WEIGHT
 from chunktree.engine.results import dumps
 from chunktree.engine.scale import DEFAULT_SIZES
-from chunktree.models.embedder import DEFAULT_BATCH_SIZE
+from chunktree.models.backends import BACKENDS, PRECISIONS
+from chunktree.models.embedder import DEFAULT_BATCH_SIZE, DEFAULT_BATCH_TOKENS
 from chunktree.models.registry import DEFAULT_MODEL, MODELS
 
 
@@ -39,13 +40,40 @@ def _add_corpus_args(p: argparse.ArgumentParser, model_flag: str = "--model") ->
                    help="tokens per chunk, special tokens included (default %(default)s)")
     p.add_argument("--overlap", type=int, default=DEFAULT_OVERLAP_TOKENS,
                    help="tokens shared by consecutive chunks (default %(default)s)")
+    _add_embedder_args(p, model_flag)
+    p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
+                   help="windows per forward pass at most (default %(default)s)")
+    p.add_argument("--batch-tokens", type=int, default=DEFAULT_BATCH_TOKENS,
+                   help="tokens per forward pass at most, each window padded to the longest of its pass; windows "
+                        "are sorted by length and packed up to it (default %(default)s)")
+    _add_cache_args(p)
+
+
+AUTO_HELP = ("auto: OpenVINO bf16 where the CPU has bf16 units (AVX-512 BF16 or AMX), otherwise OpenVINO fp32; "
+             "onnxruntime fp32 where OpenVINO cannot load (with a warning). The path taken and why is in the "
+             "output's embedding record.")
+
+
+def _add_embedder_args(p: argparse.ArgumentParser, model_flag: str = "--model") -> None:
+    """The flags of every command that embeds: model, backend, precision, threads."""
     p.add_argument(model_flag, dest="model", default=DEFAULT_MODEL.name,
                    help=f"embedding model: {', '.join(MODELS)}, or an .onnx file from 'chunktree export' "
                         "(default %(default)s)")
-    p.add_argument("--threads", type=int, default=None, help="onnxruntime threads (default: all cores)")
-    p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
-                   help="texts per forward pass (default %(default)s)")
-    _add_cache_args(p)
+    p.add_argument("--backend", choices=BACKENDS, default="auto",
+                   help=f"the runtime that embeds (default %(default)s). {AUTO_HELP}")
+    p.add_argument("--precision", choices=PRECISIONS, default="auto",
+                   help="fp32; bf16 (OpenVINO, on a CPU with bf16 units); int8 (the model's quantised graph, on "
+                        "onnxruntime); or auto (default %(default)s), as --backend auto says")
+    p.add_argument("--threads", type=int, default=None,
+                   help="the runtime's threads, whichever backend (default: every physical core)")
+
+
+def _embedder(args: argparse.Namespace) -> Any:
+    """The ``Embedder`` of ``_add_embedder_args``' flags (and ``--batch-*`` where the command has them)."""
+    from chunktree.models.embedder import Embedder
+
+    batches = {"batch_size": args.batch_size, "batch_tokens": args.batch_tokens} if hasattr(args, "batch_tokens") else {}
+    return Embedder(args.model, backend=args.backend, precision=args.precision, threads=args.threads, **batches)
 
 
 def _add_cache_args(p: argparse.ArgumentParser) -> None:
@@ -78,7 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("embed", help="chunk files and embed the chunks",
                        description="Chunk the inputs, embed every chunk and write OUT.npy (float32, one row "
-                                   "per chunk) and OUT.jsonl (the chunks' text and provenance, same order).")
+                                   "per chunk) and OUT.jsonl (the chunks' text and provenance, same order). "
+                                   f"Backend and precision {AUTO_HELP}")
     _add_corpus_args(p)
     p.add_argument("-o", "--output", type=Path, required=True, metavar="OUT.npy", help="where to write the vectors")
     _add_ray_arg(p, "embed on a Ray cluster")
@@ -181,6 +210,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--html", type=Path, default=None, metavar="FILE.html",
                    help="also write a page that draws, for the first questions, where each order puts the gold "
                         "paragraphs, with the tables (extractive readers only; needs chunktree[plot])")
+    _add_embedder_args(p, "--embed-model")
     _add_cache_args(p)
     p.set_defaults(func=cmd_eval_order)
 
@@ -199,7 +229,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--llm-base-url", default=None,
                    help="ask this OpenAI-compatible server which topic an uncertain turn belongs to")
     p.add_argument("--llm-model", default=None, help="the judge's model name")
-    p.add_argument("--model", default=DEFAULT_MODEL.name, help="embedding model name or .onnx file")
+    _add_embedder_args(p)
     _add_cache_args(p)
     p.set_defaults(func=cmd_track)
 
@@ -214,6 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--calibrate", action="store_true",
                    help="search the thresholds on the first half of the stories instead of evaluating")
     p.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
+    _add_embedder_args(p)
     _add_cache_args(p)
     p.set_defaults(func=cmd_eval_track)
 
@@ -244,8 +275,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "GET /health and /metrics, with micro-batching of concurrent requests.")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s: loopback only)")
     p.add_argument("--port", type=int, default=8000, help="port (default %(default)s)")
-    p.add_argument("--model", default=DEFAULT_MODEL.name, help="embedding model name or .onnx file")
-    p.add_argument("--threads", type=int, default=None, help="onnxruntime threads (default: all cores)")
+    _add_embedder_args(p)
     p.add_argument("--api-key-env", default=None, metavar="NAME",
                    help="require 'Authorization: Bearer <key>' with the key read from this environment variable")
     p.add_argument("--max-batch", type=int, default=32, help="texts per model call (default %(default)s)")
@@ -303,11 +333,9 @@ def _progress(args: argparse.Namespace) -> bool:
 
 def _load_chunks(args: argparse.Namespace) -> tuple[Any, list[Any], float]:
     """Read the corpus, load the embedder, chunk. Returns (embedder, chunks, chunk seconds)."""
-    from chunktree.models.embedder import Embedder
-
     if args.sample == bool(args.paths):
         raise InvalidValueError("give input PATHs or --sample (one of the two)")
-    embedder = Embedder(args.model, threads=args.threads, batch_size=args.batch_size)
+    embedder = _embedder(args)
     t0 = time.perf_counter()
     docs = sample_documents() if args.sample else read_paths(args.paths)
     chunks = chunk_documents(docs, embedder.tokenizer, chunk_tokens=args.chunk_tokens, overlap_tokens=args.overlap,
@@ -328,7 +356,7 @@ def _snippet(text: str, width: int = 100) -> str:
 
 def _embed_line(embedding: dict[str, Any]) -> str:
     return (f"embed {embedding['seconds']:.2f} s ({embedding['embedded']} embedded, "
-            f"{embedding['cache_hits']} from cache)")
+            f"{embedding['cache_hits']} from cache, {embedding['backend']} {embedding['precision']})")
 
 
 def _with_chunk_time(doc: dict[str, Any], chunk_s: float) -> dict[str, Any]:
@@ -403,6 +431,7 @@ def cmd_embed(args: argparse.Namespace) -> int:
     os.replace(f"{out}.partial", out)
     os.replace(f"{meta}.partial", meta)
     print(f"{_corpus_line(chunks)}, model {embedder.model_id} ({embedder.dim} dims)")
+    print(f"backend {embedder.backend} {embedder.precision} on {embedder.threads} threads ({embedder.choice.reason})")
     print(f"chunk {chunk_s:.2f} s | {_embed_line(stats.to_dict())}"
           f"{'' if cache is None else ' cache ' + str(cache.path)}")
     print(f"wrote {out} ({len(chunks)} x {embedder.dim} float32) and {meta}")
@@ -454,10 +483,8 @@ def cmd_order(args: argparse.Namespace) -> int:
         raise InvalidValueError(f"--top must be >= 1; got {args.top}")
     _check_pictures(args)
     if args.embeddings is not None:
-        from chunktree.models.embedder import Embedder
-
         vectors, chunks = _embedded(args)
-        embedder = Embedder(args.model, threads=args.threads) if args.query is not None else None
+        embedder = _embedder(args) if args.query is not None else None
         if embedder is not None and embedder.dim != vectors.shape[1]:
             raise InvalidValueError(f"--embeddings has {vectors.shape[1]} dims but --model {args.model} makes "
                                     f"{embedder.dim}: the query must be embedded by the model that made the file")
@@ -571,7 +598,6 @@ def cmd_read(args: argparse.Namespace) -> int:
 def cmd_eval_order(args: argparse.Namespace) -> int:
     from chunktree.engine.evaluate import evaluate_orders, format_report, load
     from chunktree.engine.evaluate.data import Passage
-    from chunktree.engine.inputs import default_embedder
 
     if args.limit is not None and args.limit < 1:
         raise InvalidValueError(f"--limit must be >= 1; got {args.limit}")
@@ -592,11 +618,11 @@ def cmd_eval_order(args: argparse.Namespace) -> int:
         from chunktree.engine.read import ChatClient
 
         llm = CachedChat(ChatClient(args.llm_base_url, args.llm_model), args.llm_cache)
-        result = evaluate_llm(passages, default_embedder(), llm, _open_cache(args), memory_tokens=args.memory_tokens,
+        result = evaluate_llm(passages, _embedder(args), llm, _open_cache(args), memory_tokens=args.memory_tokens,
                               window_tokens=args.window_tokens, concurrency=args.concurrency, progress=_progress(args))
         print(format_llm_report(result))
     else:
-        result = evaluate_orders(passages, default_embedder(), _open_cache(args), budget=args.budget,
+        result = evaluate_orders(passages, _embedder(args), _open_cache(args), budget=args.budget,
                                  seed=args.seed, progress=_progress(args))
         report = format_report(result, fmt)
         print(report)
@@ -636,7 +662,6 @@ def _read_dialogue(path: Path) -> dict[str, list[tuple[str, str | None]]]:
 
 
 def cmd_track(args: argparse.Namespace) -> int:
-    from chunktree.models.embedder import Embedder
     from chunktree.track import Forest
 
     if args.budget_tokens is not None and args.budget_tokens < 1:
@@ -649,7 +674,7 @@ def cmd_track(args: argparse.Namespace) -> int:
         from chunktree.engine.read import ChatClient
 
         llm = ChatClient(args.llm_base_url, args.llm_model)
-    embedder, cache = Embedder(args.model), _open_cache(args)
+    embedder, cache = _embedder(args), _open_cache(args)
     out: dict[str, Any] = {}
     for name, turns in conversations.items():
         forest = Forest(embedder, cache=cache, llm=llm)
@@ -682,7 +707,6 @@ def cmd_track(args: argparse.Namespace) -> int:
 
 
 def cmd_eval_track(args: argparse.Namespace) -> int:
-    from chunktree.engine.inputs import default_embedder
     from chunktree.track.evaluate import calibrate, evaluate, format_report
 
     if args.dialogues < 1:
@@ -690,12 +714,12 @@ def cmd_eval_track(args: argparse.Namespace) -> int:
     if any(n < 2 for n in args.lengths):
         raise InvalidValueError(f"--lengths must all be >= 2; got {args.lengths}")
     if args.calibrate:
-        result = calibrate(args.data, embedder=default_embedder(), cache=_open_cache(args), dialogues=args.dialogues,
+        result = calibrate(args.data, embedder=_embedder(args), cache=_open_cache(args), dialogues=args.dialogues,
                            length=args.lengths[0], seed=args.seed, progress=_progress(args))
         for row in result["top"]:
             print(dumps(row))
     else:
-        result = evaluate(args.data, embedder=default_embedder(), cache=_open_cache(args), dialogues=args.dialogues,
+        result = evaluate(args.data, embedder=_embedder(args), cache=_open_cache(args), dialogues=args.dialogues,
                           lengths=tuple(args.lengths), seed=args.seed, progress=_progress(args))
         print(format_report(result))
     if args.json:
@@ -724,7 +748,6 @@ def cmd_scale(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     uvicorn = require("uvicorn", "serve", "chunktree serve")
     from chunktree.apps.serve import Limits, create_app
-    from chunktree.models.embedder import Embedder
 
     api_key = None
     if args.api_key_env:
@@ -734,10 +757,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     limits = Limits(max_texts=args.max_texts, max_queue=args.max_queue, max_batch=args.max_batch,
                     max_wait_ms=args.max_wait_ms, batching=not args.no_batching, queue_timeout_s=args.queue_timeout,
                     max_conversations=args.max_conversations, max_turns=args.max_turns)
-    embedder = Embedder(args.model, threads=args.threads)
+    embedder = _embedder(args)
     app = create_app(embedder, api_key=api_key, limits=limits, metrics_public=args.metrics_public,
                      conversations_dir=args.conversations)
-    print(f"chunktree serve: {embedder.model_id} on http://{args.host}:{args.port} "
+    print(f"chunktree serve: {embedder.model_id} ({embedder.backend} {embedder.precision}) on http://{args.host}:{args.port} "
           f"(batching {'off' if args.no_batching else f'<= {args.max_batch} texts, {args.max_wait_ms} ms'}"
           f"{', API key required' if api_key else ''})", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")

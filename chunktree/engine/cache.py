@@ -1,4 +1,4 @@
-"""A persistent embedding cache in SQLite, keyed by (model id, SHA-256 of the text).
+"""A persistent embedding cache in SQLite, keyed by (vectors id: model, backend and precision; SHA-256 of the text).
 
 SQLite in WAL mode lets several processes read and write the same file: writers take turns under
 SQLite's own locking (waiting up to ``timeout`` seconds), and a row written twice by two processes

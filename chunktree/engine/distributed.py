@@ -74,12 +74,14 @@ def cluster_cpus(ray: Any) -> int:
 
 
 class _EmbedActor:
-    """One ONNX session per actor; each call embeds one batch of texts."""
+    """One model session per actor, on the driver's backend and precision (so its vectors are the
+    ones the cache files under the driver's ``vectors_id``); each call embeds one batch of texts."""
 
-    def __init__(self, model: str, batch_size: int) -> None:
+    def __init__(self, model: str, backend: str, precision: str, batch_size: int, batch_tokens: int) -> None:
         from chunktree.models.embedder import Embedder
 
-        self.embedder = Embedder(model, threads=1, batch_size=batch_size)
+        self.embedder = Embedder(model, backend=backend, precision=precision, threads=1, batch_size=batch_size,
+                                 batch_tokens=batch_tokens)
 
     def __call__(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         ids, rows, vectors = [], [], []
@@ -95,13 +97,14 @@ def embed_batches(batches: Sequence[list[str]], embedder: Any, address: str,
                   actors: int | None = None) -> Iterator[tuple[int, np.ndarray]]:
     """Embed each batch of texts on the cluster; yields ``(batch index, vectors)`` as batches finish,
     in any order. ``actors`` defaults to one per CPU of the cluster. The actors load the model the
-    driver's ``embedder`` was loaded from (``embedder.path``): on a real cluster every node needs
-    the same install."""
+    driver's ``embedder`` was loaded from (``embedder.path``), on its backend and precision: on a
+    real cluster every node needs the same install (and bf16 units, for bf16)."""
     ray = connect(address)
     actors = actors or cluster_cpus(ray)
     ds = ray.data.from_items([{"batch": i, "texts": list(b)} for i, b in enumerate(batches)])
-    ds = ds.map_batches(_EmbedActor, fn_constructor_kwargs={"model": str(embedder.path),
-                                                            "batch_size": embedder.batch_size},
+    settings = {"model": str(embedder.path), "backend": embedder.backend, "precision": embedder.precision,
+                "batch_size": embedder.batch_size, "batch_tokens": embedder.batch_tokens}
+    ds = ds.map_batches(_EmbedActor, fn_constructor_kwargs=settings,
                         batch_size=1, concurrency=actors, num_cpus=1, batch_format="numpy")
     pending: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}
     have: dict[int, int] = {}

@@ -1,4 +1,5 @@
-"""Embed texts through the cache: only texts the cache has not seen for this model are embedded."""
+"""Embed texts through the cache: only texts the cache has not seen for this model, backend and
+precision (``Embedder.vectors_id``) are embedded."""
 
 from __future__ import annotations
 
@@ -17,10 +18,14 @@ from chunktree.progress import progress as progress_counter
 
 @dataclass(frozen=True)
 class EmbedStats:
-    """What one ``embed_texts`` call did: the model, texts in, served by the cache, embedded
-    (repeated texts once), seconds spent."""
+    """What one ``embed_texts`` call did: the model, the backend and precision it ran on and why
+    (``Embedder.choice``), texts in, served by the cache, embedded (repeated texts once), seconds
+    spent."""
 
     model: str
+    backend: str
+    precision: str
+    choice: str
     texts: int
     cache_hits: int
     embedded: int
@@ -75,7 +80,7 @@ def embed_texts(
         vectors = np.zeros((len(texts), embedder.dim), np.float32) if out is None else out
         found = np.zeros(len(texts), bool)
     else:
-        vectors, found = cache.get(embedder.model_id, texts, embedder.dim, out)
+        vectors, found = cache.get(embedder.vectors_id, texts, embedder.dim, out)
     missing = np.flatnonzero(~found).tolist()
     # Repeated texts are embedded once.
     unique: dict[str, list[int]] = {}
@@ -99,10 +104,11 @@ def embed_texts(
         for row, (_, rows) in enumerate(part):
             vectors[rows] = new[row]
         if cache is not None:
-            cache.put(embedder.model_id, [text for text, _ in part], new)
+            cache.put(embedder.vectors_id, [text for text, _ in part], new)
         done += len(part)
         bar.set_postfix_str(f"{done}/{len(todo)} texts")
         bar.update(sum(len(text) for text, _ in part))
     bar.close()
-    stats = EmbedStats(embedder.model_id, len(texts), int(found.sum()), len(unique), time.perf_counter() - t0)
+    stats = EmbedStats(embedder.model_id, embedder.backend, embedder.precision, embedder.choice.reason, len(texts),
+                       int(found.sum()), len(unique), time.perf_counter() - t0)
     return vectors, stats

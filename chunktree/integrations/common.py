@@ -33,6 +33,7 @@ from chunktree.engine.embedding import embed_texts
 from chunktree.engine.order import DEFAULT_STRATEGY, METHODS, STRATEGIES, order
 from chunktree.engine.results import json_float
 from chunktree.engine.select import select
+from chunktree.models.backends import BACKENDS, PRECISIONS
 from chunktree.models.registry import DEFAULT_MODEL
 
 METADATA_KEY = "chunktree"
@@ -63,13 +64,19 @@ class Ranking:
         ``order``'s method (``"auto"``, ``"exact"``, ``"sparse"``).
     use_embeddings
         use a document's own embedding when it has the embedder's dimension.
+    backend, precision
+        what the embedder runs on (``Embedder``; default ``"auto"``: the fastest path that keeps
+        agreement on this machine).
     """
 
     def __init__(self, model: str = DEFAULT_MODEL_NAME, cache: str | bool = True, strategy: str = DEFAULT_STRATEGY,
-                 method: str = "auto", use_embeddings: bool = True) -> None:
+                 method: str = "auto", use_embeddings: bool = True, *, backend: str = "auto",
+                 precision: str = "auto") -> None:
         if not isinstance(model, (str, Path)) or not str(model):
             raise InvalidTypeError(f"model must be a model name or an ONNX file path; got {model!r}")
         self.model = str(model)
+        self.backend = one_of(backend, "backend", BACKENDS)
+        self.precision = one_of(precision, "precision", PRECISIONS)
         self.cache_setting = check_cache(cache)
         self.strategy = one_of(strategy, "strategy", STRATEGIES)
         self.method = one_of(method, "method", METHODS)
@@ -86,7 +93,9 @@ class Ranking:
             from chunktree.engine.inputs import default_embedder
             from chunktree.models.embedder import Embedder
 
-            self._embedder = default_embedder() if self.model == DEFAULT_MODEL_NAME else Embedder(self.model)
+            default = (self.model, self.backend, self.precision) == (DEFAULT_MODEL_NAME, "auto", "auto")
+            self._embedder = default_embedder() if default else Embedder(self.model, backend=self.backend,
+                                                                          precision=self.precision)
         return self._embedder
 
     @property

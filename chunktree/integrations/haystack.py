@@ -61,11 +61,12 @@ class ChunktreeRanker(_Serialised):
     ``method``) and keeps the first ``top_k`` (default all)."""
 
     def __init__(self, top_k: int | None = None, strategy: str = DEFAULT_STRATEGY, method: str = "auto",
-                 model: str = DEFAULT_MODEL_NAME, cache: str | bool = True, use_embeddings: bool = True) -> None:
+                 model: str = DEFAULT_MODEL_NAME, cache: str | bool = True, use_embeddings: bool = True,
+                 backend: str = "auto", precision: str = "auto") -> None:
         self.top_k = optional_positive_int(top_k, "top_k")
-        self._ranking = Ranking(model, cache, strategy, method, use_embeddings)
+        self._ranking = Ranking(model, cache, strategy, method, use_embeddings, backend=backend, precision=precision)
         self._init = {"top_k": top_k, "strategy": strategy, "method": method, "model": model, "cache": cache,
-                      "use_embeddings": use_embeddings}
+                      "use_embeddings": use_embeddings, "backend": backend, "precision": precision}
 
     @component.output_types(documents=list[Document])
     def run(self, documents: list[Document], query: str | None = None, top_k: int | None = None
@@ -83,9 +84,10 @@ class ChunktreeRanker(_Serialised):
 class ChunktreeDocumentEmbedder(_Serialised):
     """Sets each document's ``embedding`` (on a copy) from its ``content``."""
 
-    def __init__(self, model: str = DEFAULT_MODEL_NAME, cache: str | bool = True) -> None:
-        self._ranking = Ranking(model, cache)
-        self._init = {"model": model, "cache": cache}
+    def __init__(self, model: str = DEFAULT_MODEL_NAME, cache: str | bool = True, backend: str = "auto",
+                 precision: str = "auto") -> None:
+        self._ranking = Ranking(model, cache, backend=backend, precision=precision)
+        self._init = {"model": model, "cache": cache, "backend": backend, "precision": precision}
 
     @component.output_types(documents=list[Document])
     def run(self, documents: list[Document]) -> dict[str, list[Document]]:
@@ -97,9 +99,10 @@ class ChunktreeDocumentEmbedder(_Serialised):
 class ChunktreeTextEmbedder(_Serialised):
     """The embedding of one text (the query), for an embedding retriever."""
 
-    def __init__(self, model: str = DEFAULT_MODEL_NAME, cache: str | bool = True) -> None:
-        self._ranking = Ranking(model, cache)
-        self._init = {"model": model, "cache": cache}
+    def __init__(self, model: str = DEFAULT_MODEL_NAME, cache: str | bool = True, backend: str = "auto",
+                 precision: str = "auto") -> None:
+        self._ranking = Ranking(model, cache, backend=backend, precision=precision)
+        self._init = {"model": model, "cache": cache, "backend": backend, "precision": precision}
 
     @component.output_types(embedding=list[float])
     def run(self, text: str) -> dict[str, list[float]]:

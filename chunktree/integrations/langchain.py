@@ -43,7 +43,7 @@ def _texts(documents: Sequence[Document]) -> list[str]:
 class ChunktreeCompressor(BaseDocumentCompressor):
     """Orders retrieved documents for the query (chunktree's reading order); keeps the first
     ``top_k`` in that order (default all). See ``chunktree.order`` for ``strategy`` and ``method``,
-    ``integrations.common.Ranking`` for ``model`` and ``cache``."""
+    ``integrations.common.Ranking`` for ``model``, ``cache``, ``backend`` and ``precision``."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True)
 
@@ -52,11 +52,14 @@ class ChunktreeCompressor(BaseDocumentCompressor):
     strategy: str = DEFAULT_STRATEGY
     method: str = "auto"
     top_k: int | None = None
+    backend: str = "auto"
+    precision: str = "auto"
     _ranking: Ranking = PrivateAttr()
 
     def model_post_init(self, context: Any) -> None:
         optional_positive_int(self.top_k, "top_k")
-        self._ranking = Ranking(self.model, self.cache, self.strategy, self.method, use_embeddings=False)
+        self._ranking = Ranking(self.model, self.cache, self.strategy, self.method, use_embeddings=False,
+                                backend=self.backend, precision=self.precision)
 
     def compress_documents(self, documents: Sequence[Document], query: str,
                            callbacks: Callbacks | None = None) -> Sequence[Document]:
@@ -71,10 +74,11 @@ class ChunktreeTransformer(BaseDocumentTransformer):
     topic, cluster by cluster; all documents when there are at most ``k``)."""
 
     def __init__(self, k: int | None = None, *, per_cluster: int = 1, seed: int = 0, model: str = DEFAULT_MODEL_NAME,
-                 cache: str | bool = True, strategy: str = DEFAULT_STRATEGY, method: str = "auto") -> None:
+                 cache: str | bool = True, strategy: str = DEFAULT_STRATEGY, method: str = "auto", backend: str = "auto",
+                 precision: str = "auto") -> None:
         self.k = optional_positive_int(k, "k")
         self.per_cluster, self.seed = per_cluster, seed
-        self._ranking = Ranking(model, cache, strategy, method, use_embeddings=False)
+        self._ranking = Ranking(model, cache, strategy, method, use_embeddings=False, backend=backend, precision=precision)
 
     def transform_documents(self, documents: Sequence[Document], **kwargs: Any) -> Sequence[Document]:
         texts, none = _texts(documents), [None] * len(documents)
@@ -88,8 +92,9 @@ class ChunktreeTransformer(BaseDocumentTransformer):
 class ChunktreeEmbeddings(Embeddings):
     """LangChain ``Embeddings`` from chunktree's embedder (local ONNX, unit vectors), cached."""
 
-    def __init__(self, model: str = DEFAULT_MODEL_NAME, cache: str | bool = True) -> None:
-        self._ranking = Ranking(model, cache)
+    def __init__(self, model: str = DEFAULT_MODEL_NAME, cache: str | bool = True, *, backend: str = "auto",
+                 precision: str = "auto") -> None:
+        self._ranking = Ranking(model, cache, backend=backend, precision=precision)
 
     def embed_documents(self, texts: list[str]) -> list[list[float]]:
         return self._ranking.embed(texts).tolist()

@@ -52,7 +52,8 @@ def _copies(nodes: list[NodeWithScore], decided: list[tuple[int, dict[str, Any]]
 class ChunktreePostprocessor(BaseNodePostprocessor):
     """Orders nodes for the query (chunktree's reading order; query-free without one) and keeps
     the first ``top_k`` (default all). See ``chunktree.order`` for ``strategy`` and ``method``,
-    ``integrations.common.Ranking`` for ``model``, ``cache`` and ``use_embeddings``."""
+    ``integrations.common.Ranking`` for ``model``, ``cache``, ``use_embeddings``, ``backend`` and
+    ``precision``."""
 
     model: str = DEFAULT_MODEL_NAME
     cache: str | bool = True
@@ -60,11 +61,14 @@ class ChunktreePostprocessor(BaseNodePostprocessor):
     method: str = "auto"
     top_k: int | None = None
     use_embeddings: bool = True
+    backend: str = "auto"
+    precision: str = "auto"
     _ranking: Ranking = PrivateAttr()
 
     def model_post_init(self, context: Any) -> None:
         optional_positive_int(self.top_k, "top_k")
-        self._ranking = Ranking(self.model, self.cache, self.strategy, self.method, self.use_embeddings)
+        self._ranking = Ranking(self.model, self.cache, self.strategy, self.method, self.use_embeddings,
+                                backend=self.backend, precision=self.precision)
 
     @classmethod
     def class_name(cls) -> str:
@@ -87,12 +91,15 @@ class ChunktreeSelector(BaseNodePostprocessor):
     model: str = DEFAULT_MODEL_NAME
     cache: str | bool = True
     use_embeddings: bool = True
+    backend: str = "auto"
+    precision: str = "auto"
     _ranking: Ranking = PrivateAttr()
 
     def model_post_init(self, context: Any) -> None:
         positive_int(self.k, "k")
         positive_int(self.per_cluster, "per_cluster")
-        self._ranking = Ranking(self.model, self.cache, use_embeddings=self.use_embeddings)
+        self._ranking = Ranking(self.model, self.cache, use_embeddings=self.use_embeddings, backend=self.backend,
+                                precision=self.precision)
 
     @classmethod
     def class_name(cls) -> str:
@@ -109,10 +116,12 @@ class ChunktreeEmbedding(BaseEmbedding):
 
     model_name: str = DEFAULT_MODEL_NAME
     cache: str | bool = True
+    backend: str = "auto"
+    precision: str = "auto"
     _ranking: Ranking = PrivateAttr()
 
     def model_post_init(self, context: Any) -> None:
-        self._ranking = Ranking(self.model_name, self.cache)
+        self._ranking = Ranking(self.model_name, self.cache, backend=self.backend, precision=self.precision)
 
     @classmethod
     def class_name(cls) -> str:

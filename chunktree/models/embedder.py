@@ -1,8 +1,9 @@
-"""Text embeddings with onnxruntime: tokenise, split into model windows, batch by length, pool.
+"""Text embeddings: tokenise, split into model windows, batch by token budget, run, pool.
 
 A model file is self-describing: its ONNX ``metadata_props`` hold the tokenizer, the window, the
 dimension and a model id (see ``registry``). Both the graphs chunktree builds from bundled weights
-and the files written by ``chunktree export`` carry them.
+and the files written by ``chunktree export`` carry them. ``backends`` runs the file on
+onnxruntime or OpenVINO, in fp32, bf16 or int8.
 """
 
 from __future__ import annotations
@@ -15,12 +16,15 @@ from pathlib import Path
 import numpy as np
 
 from chunktree.checks import InvalidTypeError, InvalidValueError, positive_int
-from chunktree.models import onnx_file, registry
+from chunktree.models import backends, onnx_file, quantize, registry
 from chunktree.progress import tracked
 
 log = logging.getLogger(__name__)
 
-DEFAULT_BATCH_SIZE = 16
+# Windows per forward pass at most, and tokens (rows x padded width) per pass at most: short texts
+# go many to a pass, long ones fewer. Chosen by bench/bench_embed.py's batch test.
+DEFAULT_BATCH_SIZE = 256
+DEFAULT_BATCH_TOKENS = 2048
 
 
 def resolve_model(model: str | os.PathLike[str]) -> Path:
@@ -36,6 +40,22 @@ def resolve_model(model: str | os.PathLike[str]) -> Path:
     return path
 
 
+def token_batches(lengths: np.ndarray, batch_size: int, batch_tokens: int) -> list[np.ndarray]:
+    """Group window indices into forward passes: sorted by token count (stable, so equal lengths
+    keep input order), each pass at most ``batch_size`` windows and at most ``batch_tokens``
+    tokens once padded to its longest window (a window longer than the budget runs alone)."""
+    by_length = np.argsort(lengths, kind="stable")
+    batches, start = [], 0
+    while start < by_length.size:
+        end = start + 1
+        while (end < by_length.size and end - start < batch_size
+               and (end - start + 1) * lengths[by_length[end]] <= batch_tokens):
+            end += 1
+        batches.append(by_length[start:end])
+        start = end
+    return batches
+
+
 class Embedder:
     """Embeds texts into L2-normalised float32 vectors.
 
@@ -46,35 +66,64 @@ class Embedder:
     Parameters
     ----------
     model
-        a known model name (default ``"all-MiniLM-L6-v2"``; ``"all-MiniLM-L6-v2-int8"`` is its
-        int8 variant, ``models.quantize``) or an ONNX file from ``chunktree export``.
+        a known model name (default ``"all-MiniLM-L6-v2"``) or an ONNX file from
+        ``chunktree export``.
+    backend
+        ``"auto"`` (default), ``"onnxruntime"`` or ``"openvino"``.
+    precision
+        ``"auto"`` (default), ``"fp32"``, ``"bf16"`` (OpenVINO, on a CPU with bf16 units) or
+        ``"int8"`` (the model's quantised graph on onnxruntime, ``models.quantize``). ``auto`` on
+        ``auto``: OpenVINO bf16 where the CPU has bf16 units, else OpenVINO fp32, else (OpenVINO
+        cannot load) onnxruntime fp32; ``choice`` says which and why.
     threads
-        onnxruntime intra-op threads; ``None`` lets onnxruntime use every physical core.
+        the runtime's threads; ``None`` lets it use every physical core.
     batch_size
-        windows per forward pass; windows are sorted by token count before batching
-        (an int8 model runs each window alone, whatever the batch size).
+        windows per forward pass at most.
+    batch_tokens
+        tokens per forward pass at most, counting each window padded to the longest of its pass:
+        windows are sorted by token count and packed up to this budget, so short texts are not
+        padded to long ones (an int8 model runs each window alone, whatever the budget).
+
+    Attributes
+    ----------
+    model_id
+        the model's id (name and weights digest).
+    backend, precision
+        what it runs on (``choice``).
+    vectors_id
+        the id of the vectors it makes: model, backend and precision. The embedding cache keys
+        by it, so vectors of one precision are never served for another.
     """
 
     def __init__(
         self,
         model: str | os.PathLike[str] = registry.DEFAULT_MODEL.name,
         *,
+        backend: str = "auto",
+        precision: str = "auto",
         threads: int | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
+        batch_tokens: int = DEFAULT_BATCH_TOKENS,
     ) -> None:
-        import onnxruntime as ort
         from tokenizers import Tokenizer
 
         if threads is not None:
             positive_int(threads, "threads")
         self.batch_size = positive_int(batch_size, "batch_size")
+        self.batch_tokens = positive_int(batch_tokens, "batch_tokens")
+        self.choice: backends.Choice = backends.choose(backend, precision)
         self.path = resolve_model(model)
-        options = ort.SessionOptions()
-        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
-        options.intra_op_num_threads = threads or 0
-        options.inter_op_num_threads = 1
-        self._session = ort.InferenceSession(str(self.path), options, providers=["CPUExecutionProvider"])
-        meta = self._session.get_modelmeta().custom_metadata_map
+        if self.choice.precision == "int8":
+            self.path = quantize.int8_path(self.path)
+        self._session = backends.open_session(self.path, self.choice, threads)
+        meta = self._session.metadata
+        if meta.get(onnx_file.META_WINDOWS_ALONE) == "1" and self.choice.precision != "int8":
+            if precision != "auto" or backend == "openvino":
+                raise InvalidValueError(f"model file {self.path} is an int8 graph: it runs with precision 'int8' "
+                                        f"on onnxruntime, not {self.choice.backend} {self.choice.precision}")
+            self.choice = backends.Choice("onnxruntime", "int8", "auto: the model file is an int8 graph")
+            self._session = backends.open_session(self.path, self.choice, threads)
+            meta = self._session.metadata
         required = [onnx_file.META_MODEL_ID, onnx_file.META_WINDOW, onnx_file.META_DIM, onnx_file.META_TOKENIZER]
         missing = [k for k in required if k not in meta]
         if missing:
@@ -85,6 +134,10 @@ class Embedder:
         self.name: str = meta.get(onnx_file.META_NAME, self.path.stem)
         self.window: int = int(meta[onnx_file.META_WINDOW])
         self.dim: int = int(meta[onnx_file.META_DIM])
+        self.backend: str = self.choice.backend
+        self.precision: str = self.choice.precision
+        self.threads: int = self._session.threads
+        self.vectors_id: str = f"{self.model_id}+{self.backend}-{self.precision}"
         # For counting tokens (the chunker): whole texts, no padding, no truncation.
         self.tokenizer = Tokenizer.from_str(meta[onnx_file.META_TOKENIZER])
         self.tokenizer.no_padding()
@@ -101,10 +154,12 @@ class Embedder:
         self._pad_id = 0 if pad is None else int(pad["pad_id"])
 
     def __repr__(self) -> str:
-        return f"Embedder(model_id={self.model_id!r}, dim={self.dim}, window={self.window})"
+        return (f"Embedder(model_id={self.model_id!r}, backend={self.backend!r}, precision={self.precision!r}, "
+                f"dim={self.dim}, window={self.window})")
 
-    def embed(self, texts: Sequence[str], *, batch_size: int | None = None, progress: bool = False) -> np.ndarray:
-        """Embed ``texts``.
+    def embed(self, texts: Sequence[str], *, batch_size: int | None = None, batch_tokens: int | None = None,
+              progress: bool = False) -> np.ndarray:
+        """Embed ``texts`` (``batch_size`` and ``batch_tokens`` override the embedder's for this call).
 
         Returns
         -------
@@ -117,6 +172,7 @@ class Embedder:
             if not isinstance(t, str):
                 raise InvalidTypeError(f"texts[{i}] must be str; got {type(t).__name__}")
         batch_size = self.batch_size if batch_size is None else positive_int(batch_size, "batch_size")
+        batch_tokens = self.batch_tokens if batch_tokens is None else positive_int(batch_tokens, "batch_tokens")
         if self.windows_alone:
             batch_size = 1
         out = np.zeros((len(texts), self.dim), dtype=np.float32)
@@ -130,12 +186,9 @@ class Embedder:
                 windows.append(w.ids)
                 owner.append(i)
         lengths = np.fromiter((len(w) for w in windows), dtype=np.int64, count=len(windows))
-        # Sort by token count so each batch pads little; stable, so equal lengths keep input order.
-        by_length = np.argsort(lengths, kind="stable")
         vectors = np.empty((len(windows), self.dim), dtype=np.float32)
-        batches = range(0, len(windows), batch_size)
-        for start in tracked(batches, len(batches), "embed", "batch", enabled=progress):
-            idx = by_length[start:start + batch_size]
+        batches = token_batches(lengths, batch_size, batch_tokens)
+        for idx in tracked(batches, len(batches), "embed", "batch", enabled=progress):
             vectors[idx] = self._run([windows[j] for j in idx], int(lengths[idx].max()))
 
         owner_arr = np.asarray(owner, dtype=np.int64)
@@ -151,8 +204,7 @@ class Embedder:
         for row, seq in enumerate(ids):
             input_ids[row, :len(seq)] = seq
             mask[row, :len(seq)] = 1
-        (vectors,) = self._session.run(["sentence_embedding"], {"input_ids": input_ids, "attention_mask": mask})
-        return vectors
+        return self._session.run(input_ids, mask)
 
     def count_tokens(self, texts: Sequence[str]) -> np.ndarray:
         """Tokens of each text: chunktree's one token-count convention.

@@ -1,4 +1,4 @@
-"""The int8 variant of a built fp32 embedding graph (``--model all-MiniLM-L6-v2-int8``).
+"""The int8 variant of an fp32 embedding graph (``Embedder(precision="int8")``, ``--precision int8``).
 
 onnxruntime's dynamic quantisation, with per-channel int8 weights, of every MatMul by a weight
 matrix except the feed-forward down-projections (``output.dense``) of the first two layers, which
@@ -15,11 +15,14 @@ and the speed.
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import tempfile
 from pathlib import Path
 
+from chunktree.checks import InvalidValueError
 from chunktree.models.onnx_file import META_MODEL_ID, META_NAME, META_WINDOWS_ALONE, write_model
+from chunktree.paths import cache_dir
 
 log = logging.getLogger(__name__)
 
@@ -29,20 +32,38 @@ QUANT_VERSION = 1
 FP32_WEIGHTS = ("encoder.layer.0.output.dense.weight_t", "encoder.layer.1.output.dense.weight_t")
 
 
-def build_int8(fp32_path: Path, target: Path, name: str) -> None:
-    """Quantise the fp32 graph at ``fp32_path`` into ``target`` (atomically), named ``name``."""
+def int8_path(fp32_path: Path) -> Path:
+    """The int8 graph of the fp32 file ``fp32_path``, built into the cache directory on first use
+    (once per file: the name holds a digest of the file's path, size and modification time)."""
+    stat = fp32_path.stat()
+    key = hashlib.sha256(f"{fp32_path.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode()).hexdigest()[:12]
+    target = cache_dir() / "models" / f"{fp32_path.stem}-{key}-int8-q{QUANT_VERSION}.onnx"
+    if target.is_file():
+        return target
+    return build_int8(fp32_path, target)
+
+
+def build_int8(fp32_path: Path, target: Path) -> Path:
+    """Quantise the fp32 graph at ``fp32_path`` into ``target`` (atomically) and return
+    ``target``; its model id and name are the fp32 model's with ``-int8``. A file that is an int8
+    graph already is returned as it is."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
-
-    log.info("quantising %s to int8 as %s (once per machine)", fp32_path.name, name)
     model = onnx.load(str(fp32_path))
+    meta = {p.key: p.value for p in model.metadata_props}
+    if meta.get(META_WINDOWS_ALONE) == "1":
+        return fp32_path
+    if META_MODEL_ID not in meta:
+        raise InvalidValueError(f"model file {fp32_path} lacks the metadata {META_MODEL_ID}; write it with "
+                                "'chunktree export'")
+    log.info("quantising %s to int8 (once per machine)", fp32_path.name)
+    name = meta.get(META_NAME, fp32_path.stem) + "-int8"
     for node in model.graph.node:  # quantize_dynamic excludes nodes by name
         node.name = node.name or node.output[0]
     keep = [n.name for n in model.graph.node if n.op_type == "MatMul" and n.input[1] in FP32_WEIGHTS]
     if len(keep) != len(FP32_WEIGHTS):
         raise RuntimeError(f"{fp32_path}: expected the weights {FP32_WEIGHTS}; found {len(keep)} of them")
-    meta = {p.key: p.value for p in model.metadata_props}
     target.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target.parent) as work:
         named, quantised = Path(work) / "named.onnx", Path(work) / "int8.onnx"
@@ -57,3 +78,4 @@ def build_int8(fp32_path: Path, target: Path, name: str) -> None:
             entry = out.metadata_props.add()
             entry.key, entry.value = key, value
         write_model(out, target)
+    return target

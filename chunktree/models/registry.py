@@ -7,7 +7,6 @@ result in the user cache directory, so later runs load it directly.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import importlib
 import importlib.metadata
@@ -46,9 +45,6 @@ class ModelDescription:
     subdir
         folder inside the installed package holding ``config.json``,
         ``model.safetensors`` and ``tokenizer.json``.
-    int8_of
-        for an int8 model, the name of the fp32 model whose graph it quantises
-        (``quantize``); None for an fp32 model.
     """
 
     name: str
@@ -58,7 +54,6 @@ class ModelDescription:
     version: str
     module: str
     subdir: str
-    int8_of: str | None = None
 
     @property
     def install_command(self) -> str:
@@ -77,9 +72,7 @@ DEFAULT_MODEL = ModelDescription(
     subdir="model",
 )
 
-INT8_MODEL = dataclasses.replace(DEFAULT_MODEL, name="all-MiniLM-L6-v2-int8", int8_of=DEFAULT_MODEL.name)
-
-MODELS = {m.name: m for m in (DEFAULT_MODEL, INT8_MODEL)}
+MODELS = {m.name: m for m in (DEFAULT_MODEL,)}
 
 
 class ModelNotInstalledError(ChunktreeError, ImportError):
@@ -105,18 +98,9 @@ def weights_dir(desc: ModelDescription) -> Path:
 
 
 def onnx_path(desc: ModelDescription) -> Path:
-    """Path of the model's ONNX file, building it into the cache directory on first use (an int8
-    model: the fp32 graph of the same weights first, then its quantisation)."""
+    """Path of the model's ONNX file, building it into the cache directory on first use."""
     source = weights_dir(desc)
     version = importlib.metadata.version(desc.package)
-    if desc.int8_of is not None:
-        from chunktree.models.quantize import QUANT_VERSION, build_int8
-
-        fp32 = onnx_path(MODELS[desc.int8_of])
-        target = cache_dir() / "models" / f"{desc.name}-{version}-b{BUILDER_VERSION}-q{QUANT_VERSION}.onnx"
-        if not target.is_file():
-            build_int8(fp32, target, desc.name)
-        return target
     target = cache_dir() / "models" / f"{desc.name}-{version}-b{BUILDER_VERSION}.onnx"
     if not target.is_file():
         build_onnx(desc, source, target)

@@ -59,8 +59,10 @@ def test_embed_writes_vectors_and_provenance(tmp_path, cli, corpus, embedder):
         text = open(row["source"], encoding="utf-8").read()
         assert text[row["start"]:row["end"]] == row["text"]
     assert all(row["heading"] == "Whales" for row in rows if row["source"].endswith(".md"))
-    np.testing.assert_allclose(vectors, embedder.embed([row["text"] for row in rows]), atol=1e-5)
+    # the same path (auto) in another batching: within its batch invariance (test_backends)
+    assert np.sum(vectors * embedder.embed([row["text"] for row in rows]), axis=1).min() >= 0.99999
     assert f"{len(rows)} chunks from 2 source(s)" in r.stdout
+    assert f"backend {embedder.backend} {embedder.precision} on {embedder.threads} threads ({embedder.choice.reason})" in r.stdout
     unique = len({row["text"] for row in rows})  # repeated texts are embedded once
     assert unique < len(rows) and f"{unique} embedded, 0 from cache" in r.stdout
     again = cli("embed", str(corpus), "-o", str(out), "--cache", str(cache), "--chunk-tokens", "64", "--overlap", "8")
@@ -72,11 +74,34 @@ def test_embed_writes_vectors_and_provenance(tmp_path, cli, corpus, embedder):
     (["embed", "missing.txt", "-o", "x.npy"], "missing.txt: no such file or folder"),
     (["embed", "--sample", "-o", "x.npy", "--chunk-tokens", "1"], "chunk_tokens must be > 2"),
     (["embed", "--sample", "-o", "x.npy", "--model", "nope"], "model must be one of"),
+    (["embed", "--sample", "-o", "x.npy", "--backend", "onnxruntime", "--precision", "bf16"],
+     "precision='bf16' needs backend 'openvino' or 'auto'"),
 ])
 def test_errors_are_one_clear_line(tmp_path, cli, args, message):
     r = cli(*args, cwd=tmp_path)
     assert r.returncode == 2
     assert message in r.stderr and "Traceback" not in r.stderr
+
+
+@pytest.mark.parametrize("command", [["embed", "x", "-o", "x.npy"], ["order", "x"], ["select", "x"], ["read", "x", "-q", "?"],
+                                     ["track", "d.jsonl"], ["serve"], ["eval-order", "d.json"], ["eval-track", "d.json"]])
+def test_every_command_that_embeds_takes_backend_precision_and_threads(command):
+    from chunktree.apps.cli import build_parser
+
+    args = build_parser().parse_args([*command, "--backend", "onnxruntime", "--precision", "int8", "--threads", "1"])
+    assert (args.backend, args.precision, args.threads) == ("onnxruntime", "int8", 1)
+
+
+def test_embed_on_a_chosen_backend(tmp_path, cli, corpus):
+    from chunktree import Embedder
+
+    out = tmp_path / "v.npy"
+    r = cli("embed", corpus, "-o", out, "--no-cache", "--chunk-tokens", "64", "--backend", "onnxruntime", "--threads", "1")
+    assert r.returncode == 0, r.stderr
+    assert "backend onnxruntime fp32 on 1 threads (asked for onnxruntime fp32)" in r.stdout
+    assert "embedded, 0 from cache, onnxruntime fp32)" in r.stdout
+    texts = [loads(line)["text"] for line in out.with_suffix(".jsonl").read_text(encoding="utf-8").splitlines()]
+    np.testing.assert_allclose(np.load(out), Embedder(backend="onnxruntime").embed(texts), atol=1e-5)
 
 
 def test_an_output_folder_that_cannot_be_made_fails_before_any_work(tmp_path, cli, monkeypatch):

@@ -94,6 +94,8 @@ def test_openai_client_lists_and_retrieves_the_served_model(service, embedder):
     (model,) = client.models.list().data
     assert model.id == embedder.model_id and model.object == "model" and model.owned_by == "chunktree"
     assert abs(model.created - time.time()) < 24 * 3600
+    assert model.model_extra["chunktree"] == {"backend": embedder.backend, "precision": embedder.precision,
+                                              "choice": embedder.choice.reason, "dim": 384}
     assert client.models.retrieve("all-MiniLM-L6-v2").id == client.models.retrieve(embedder.model_id).id == model.id
     with pytest.raises(NotFoundError) as missing:
         client.models.retrieve("gpt-4")
@@ -255,7 +257,8 @@ def test_malformed_json_and_oversized_body(service):
 
 
 def test_health_and_metrics(service):
-    assert httpx.get(service.url + "/health").json()["status"] == "ok"
+    health = httpx.get(service.url + "/health").json()
+    assert health["status"] == "ok" and health["backend"] in ("openvino", "onnxruntime") and health["precision"]
     httpx.post(service.url + "/v1/embeddings", json={"input": "count me"})
     text = httpx.get(service.url + "/metrics").text
     assert 'chunktree_requests_total{path="/v1/embeddings",status="200"}' in text

@@ -191,14 +191,16 @@ def test_a_killed_run_keeps_what_it_committed_and_resumes(tmp_path, embedder):
     with EmbeddingCache(path) as cache:
         kept = len(cache)
         assert 32 <= kept < n and kept % 16 == 0  # whole committed slices, nothing half-written
-        _, found = cache.get(embedder.model_id, texts, embedder.dim)
+        _, found = cache.get(embedder.vectors_id, texts, embedder.dim)
         assert found.sum() == kept
 
 
 class _FailingEmbedder:
     """Vectors from ``vector_of``; the call after ``good`` calls fails, like a run stopped midway."""
 
-    model_id, dim = "fake", 8
+    model_id = vectors_id = "fake"
+    backend, precision, dim = "fake", "fp32", 8
+    choice = type("Choice", (), {"reason": "a fake embedder"})
 
     def __init__(self, good=None):
         self.good, self.calls = good, 0

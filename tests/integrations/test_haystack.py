@@ -67,11 +67,15 @@ def test_retrieval_pipeline_with_chunktrees_embedders_and_ranker(docs, reference
 
 
 def test_components_serialise_and_the_loaded_pipeline_ranks_the_same(docs, tmp_path):
-    ranker = ChunktreeRanker(top_k=3, strategy="bfs", cache=str(tmp_path / "c.sqlite"))
+    ranker = ChunktreeRanker(top_k=3, strategy="bfs", cache=str(tmp_path / "c.sqlite"), backend="onnxruntime")
     data = ranker.to_dict()
     assert data["init_parameters"] == {"top_k": 3, "strategy": "bfs", "method": "auto", "model": "all-MiniLM-L6-v2",
-                                       "cache": str(tmp_path / "c.sqlite"), "use_embeddings": True}
-    assert ChunktreeRanker.from_dict(data).to_dict() == data
+                                       "cache": str(tmp_path / "c.sqlite"), "use_embeddings": True,
+                                       "backend": "onnxruntime", "precision": "auto"}
+    loaded_ranker = ChunktreeRanker.from_dict(data)
+    assert loaded_ranker.to_dict() == data
+    loaded_ranker.warm_up()
+    assert (loaded_ranker._ranking.embedder.backend, loaded_ranker._ranking.embedder.precision) == ("onnxruntime", "fp32")
     for cls in (ChunktreeDocumentEmbedder, ChunktreeTextEmbedder):
         assert cls.from_dict(cls(cache=False).to_dict()).to_dict() == cls(cache=False).to_dict()
     pipe = Pipeline()

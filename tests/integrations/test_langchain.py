@@ -56,6 +56,18 @@ def test_embeddings_are_chunktrees_vectors(reference):
     np.testing.assert_allclose(emb.embed_query(QUERY), reference["q"], atol=1e-6)
 
 
+def test_the_adapters_take_the_embedders_backend_and_precision():
+    from chunktree import Embedder
+
+    fp32 = Embedder(backend="onnxruntime").embed(TEXTS[:2])
+    emb = ChunktreeEmbeddings(cache=False, backend="onnxruntime", precision="fp32")
+    np.testing.assert_allclose(emb.embed_documents(TEXTS[:2]), fp32, atol=1e-6)
+    compressor = ChunktreeCompressor(backend="onnxruntime")
+    assert compressor._ranking.embedder.backend == "onnxruntime"
+    with pytest.raises(ValueError, match=r"precision must be one of \['auto', 'fp32', 'bf16', 'int8'\]; got 'f32'"):
+        ChunktreeTransformer(precision="f32")
+
+
 def test_transformer_orders_or_selects_without_a_query(docs, reference):
     assert [d.metadata["i"] for d in ChunktreeTransformer().transform_documents(docs)] == reference["free"]
     picked = ChunktreeTransformer(3).transform_documents(docs)

@@ -24,7 +24,7 @@ GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "golden_minilm.npz"
 
 @pytest.fixture(scope="module")
 def int8():
-    return Embedder("all-MiniLM-L6-v2-int8")
+    return Embedder(precision="int8")
 
 
 @pytest.mark.real_data
@@ -52,6 +52,7 @@ def test_agrees_with_pytorch_golden_vectors_and_fp32(int8, embedder):
 @pytest.mark.real_data
 def test_its_vectors_never_mix_with_fp32_in_the_cache(int8, embedder, tmp_path):
     assert int8.model_id != embedder.model_id and int8.model_id.startswith("all-MiniLM-L6-v2-int8@")
+    assert (int8.backend, int8.precision) == ("onnxruntime", "int8") and int8.vectors_id != embedder.vectors_id
     built = sorted(p.name for p in (cache_dir() / "models").glob("*.onnx"))
     assert [b for b in built if "int8" in b] == [int8.path.name]  # quantised from the one fp32 graph
     assert embedder.path.name in built

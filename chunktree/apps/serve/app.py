@@ -118,7 +118,8 @@ def create_app(embedder: Any = None, *, model: str | None = None, api_key: str |
     async def health(request: Request) -> Response:
         if service.batcher is None:
             return JSONResponse({"status": "loading"}, status_code=503)
-        return JSONResponse({"status": "ok", "model": service.embedder.model_id})
+        e = service.embedder
+        return JSONResponse({"status": "ok", "model": e.model_id, "backend": e.backend, "precision": e.precision})
 
     async def metrics(request: Request) -> Response:
         from prometheus_client import CONTENT_TYPE_LATEST, generate_latest

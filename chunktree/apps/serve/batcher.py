@@ -212,6 +212,8 @@ class BatchedEmbedder:
     def __init__(self, embedder: Any, batcher: MicroBatcher, loop: asyncio.AbstractEventLoop) -> None:
         self._embedder, self._batcher, self._loop = embedder, batcher, loop
         self.model_id, self.name, self.dim = embedder.model_id, embedder.name, embedder.dim
+        self.vectors_id, self.backend, self.precision = embedder.vectors_id, embedder.backend, embedder.precision
+        self.choice = embedder.choice
         self.tokenizer = embedder.tokenizer
         self._cancelled = False
         self._future: concurrent.futures.Future[Any] | None = None

@@ -58,8 +58,11 @@ async def _run_library(service: Service, function: Any, *args: Any, **kwargs: An
 
 
 def _model_card(service: Service) -> dict[str, Any]:
-    """The served model in the OpenAI shape; ``created`` is when this server started."""
-    return {"id": service.embedder.model_id, "object": "model", "created": service.started, "owned_by": "chunktree"}
+    """The served model in the OpenAI shape (``created`` is when this server started), with what
+    it runs on under ``chunktree``."""
+    e = service.embedder
+    return {"id": e.model_id, "object": "model", "created": service.started, "owned_by": "chunktree",
+            "chunktree": {"backend": e.backend, "precision": e.precision, "choice": e.choice.reason, "dim": e.dim}}
 
 
 def _check_served(service: Service, model: str, param: str | None) -> None:
