@@ -1,12 +1,13 @@
 """Service latency and throughput on loopback: single 15-word sentences from 1, 8 and 32 concurrent
-clients against `chunktree serve` with micro-batching on and off, and the in-process embedder as
-the floor, all in the same run. Each server runs in its own process.
+clients against `chunktree serve` with micro-batching on and off, the same batched server on the
+onnxruntime fp32 backend (``onnxruntime``), and the in-process embedder as the floor, all in the
+same run. Each server runs in its own process.
 
     python -m pytest bench/bench_serve.py
     CHUNKTREE_BENCH_SOAK=1 python -m pytest bench/bench_serve.py -k soak   # 5 minutes
 
-Goals: at 32 clients, throughput >= 3x the no-batching server; at 1 client, HTTP p50 <= in-process
-p50 + 3 ms. Soak: RSS sampled every 10 s grows < 10% after warm-up, no errors.
+Goals: at 32 clients, throughput >= 3x the no-batching server and >= 3x the onnxruntime backend's;
+at 1 client, HTTP p50 <= in-process p50 + 3 ms. Soak: RSS sampled every 10 s grows < 10% after warm-up, no errors.
 Abuse (``-k abuse``): memory bounded under a huge chunked upload, abandoned work not run, and
 under a burst beyond the queue the p99 of accepted requests within the queue deadline (10 s).
 """
@@ -87,8 +88,9 @@ async def load(url, clients, total, rate=None, duration=None):
 def servers():
     batched = start_server()
     unbatched = start_server("--no-batching")
-    yield {"batched": batched[1], "unbatched": unbatched[1]}
-    for proc, _ in (batched, unbatched):
+    onnxruntime = start_server("--backend", "onnxruntime")
+    yield {"batched": batched[1], "unbatched": unbatched[1], "onnxruntime": onnxruntime[1]}
+    for proc, _ in (batched, unbatched, onnxruntime):
         proc.terminate()
         proc.wait(30)
 
@@ -107,7 +109,7 @@ def test_in_process_floor(results):
 
 
 @pytest.mark.parametrize("clients", [1, 8, 32])
-@pytest.mark.parametrize("mode", ["batched", "unbatched"])
+@pytest.mark.parametrize("mode", ["batched", "unbatched", "onnxruntime"])
 def test_http(results, servers, mode, clients):
     url = servers[mode]
     asyncio.run(load(url, clients, 50))  # warm up connections
@@ -268,7 +270,7 @@ def serve_summary(results):
         lines.append(f"in-process embed of one sentence: p50 {floor['p50'] * 1e3:.2f} ms, p99 {floor['p99'] * 1e3:.2f} ms")
     for clients in (1, 8, 32):
         row = []
-        for mode in ("batched", "unbatched"):
+        for mode in ("batched", "unbatched", "onnxruntime"):
             m = r.get((mode, clients))
             if m:
                 row.append(f"{mode} p50 {m['p50'] * 1e3:.2f} ms, p99 {m['p99'] * 1e3:.2f} ms, {m['rps']:.0f} req/s")
@@ -278,6 +280,11 @@ def serve_summary(results):
     if b32 and u32:
         ratio = b32["rps"] / u32["rps"]
         lines.append(f"goal, 32 clients: batched / unbatched throughput {ratio:.2f}x (>= 3x: {'met' if ratio >= 3 else 'NOT met'})")
+    o32 = r.get(("onnxruntime", 32))
+    if b32 and o32:
+        ratio = b32["rps"] / o32["rps"]
+        lines.append(f"goal, 32 clients: default backend / onnxruntime backend throughput {ratio:.2f}x "
+                     f"(>= 3x: {'met' if ratio >= 3 else 'NOT met'}), p99 {b32['p99']:.3f} s (queue deadline 10 s)")
     b1 = r.get(("batched", 1))
     if b1 and floor:
         extra = (b1["p50"] - floor["p50"]) * 1e3
