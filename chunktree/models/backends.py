@@ -42,7 +42,7 @@ class Choice:
     precision
         ``"fp32"``, ``"bf16"`` or ``"int8"``.
     reason
-        one line saying why, e.g. ``"auto: the CPU has bf16 units (OpenVINO lists BF16)"``.
+        one line saying why, e.g. ``"auto: OpenVINO bf16, the CPU has bf16 units"``.
     """
 
     backend: str
@@ -116,7 +116,7 @@ def choose(backend: str = "auto", precision: str = "auto") -> Choice:
                                 f"{core.get_property('CPU', 'OPTIMIZATION_CAPABILITIES')} here: use 'fp32'")
     if precision == "auto":
         if bf16:
-            return Choice("openvino", "bf16", "auto: OpenVINO bf16, the CPU has bf16 units (OpenVINO lists BF16)")
+            return Choice("openvino", "bf16", "auto: OpenVINO bf16, the CPU has bf16 units")
         return Choice("openvino", "fp32", "auto: OpenVINO fp32, the CPU has no bf16 units")
     return Choice("openvino", precision, f"asked for {precision}" + ("" if backend == "openvino" else ", on OpenVINO"))
 
