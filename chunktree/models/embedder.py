@@ -22,7 +22,7 @@ from chunktree.progress import tracked
 log = logging.getLogger(__name__)
 
 # Windows per forward pass at most, and tokens (rows x padded width) per pass at most: short texts
-# go many to a pass, long ones fewer. Chosen by bench/bench_embed.py's batch test.
+# go many to a pass, long ones fewer. Chosen by bench/bench_batching.py.
 DEFAULT_BATCH_SIZE = 256
 DEFAULT_BATCH_TOKENS = 2048
 
