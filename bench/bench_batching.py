@@ -1,6 +1,6 @@
 """The token budget of a forward pass (``Embedder(batch_tokens=...)``): padding efficiency and
 throughput for each budget, on the sample corpus's real chunks and on its short sentences, with
-each backend, in one run. It chose ``DEFAULT_BATCH_TOKENS``.
+each backend, in one run. It chose ``DEFAULT_BATCH_TOKENS`` (per backend).
 
     python -m pytest bench/bench_batching.py
 
@@ -58,7 +58,7 @@ def test_budget(benchmark, results, embedder, texts, kind, budget, request):
 def batching_summary(results):
     r = results.get("batching", {})
     lines = [f"batching: texts/s (padding efficiency) per budget of tokens a pass; at most {DEFAULT_BATCH_SIZE} windows "
-             f"a pass; default budget {DEFAULT_BATCH_TOKENS}"]
+             f"a pass; default budgets {DEFAULT_BATCH_TOKENS}"]
     for backend in BACKENDS:
         for kind in ("chunks", "sentences"):
             cells = [(b, r[f"{backend}_{kind}_{b}"]) for b in BUDGETS if f"{backend}_{kind}_{b}" in r]

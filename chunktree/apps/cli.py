@@ -43,9 +43,10 @@ def _add_corpus_args(p: argparse.ArgumentParser, model_flag: str = "--model") ->
     _add_embedder_args(p, model_flag)
     p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
                    help="windows per forward pass at most (default %(default)s)")
-    p.add_argument("--batch-tokens", type=int, default=DEFAULT_BATCH_TOKENS,
+    p.add_argument("--batch-tokens", type=int, default=None,
                    help="tokens per forward pass at most, each window padded to the longest of its pass; windows "
-                        "are sorted by length and packed up to it (default %(default)s)")
+                        "are sorted by length and packed up to it (default: "
+                        f"{', '.join(f'{n} on {b}' for b, n in DEFAULT_BATCH_TOKENS.items())})")
     _add_cache_args(p)
 
 

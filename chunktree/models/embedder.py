@@ -21,10 +21,10 @@ from chunktree.progress import tracked
 
 log = logging.getLogger(__name__)
 
-# Windows per forward pass at most, and tokens (rows x padded width) per pass at most: short texts
-# go many to a pass, long ones fewer. Chosen by bench/bench_batching.py.
+# Windows per forward pass at most, and tokens (rows x padded width) per pass at most, per backend:
+# short texts go many to a pass, long ones fewer. Chosen by bench/bench_batching.py.
 DEFAULT_BATCH_SIZE = 256
-DEFAULT_BATCH_TOKENS = 2048
+DEFAULT_BATCH_TOKENS = {"openvino": 2048, "onnxruntime": 1024}
 
 
 def resolve_model(model: str | os.PathLike[str]) -> Path:
@@ -82,7 +82,8 @@ class Embedder:
     batch_tokens
         tokens per forward pass at most, counting each window padded to the longest of its pass:
         windows are sorted by token count and packed up to this budget, so short texts are not
-        padded to long ones (an int8 model runs each window alone, whatever the budget).
+        padded to long ones (an int8 model runs each window alone, whatever the budget). Default
+        ``DEFAULT_BATCH_TOKENS`` of the backend: 2048 on OpenVINO, 1024 on onnxruntime.
 
     Attributes
     ----------
@@ -103,14 +104,15 @@ class Embedder:
         precision: str = "auto",
         threads: int | None = None,
         batch_size: int = DEFAULT_BATCH_SIZE,
-        batch_tokens: int = DEFAULT_BATCH_TOKENS,
+        batch_tokens: int | None = None,
     ) -> None:
         from tokenizers import Tokenizer
 
         if threads is not None:
             positive_int(threads, "threads")
         self.batch_size = positive_int(batch_size, "batch_size")
-        self.batch_tokens = positive_int(batch_tokens, "batch_tokens")
+        if batch_tokens is not None:
+            positive_int(batch_tokens, "batch_tokens")
         self.choice: backends.Choice = backends.choose(backend, precision)
         self.path = resolve_model(model)
         if self.choice.precision == "int8":
@@ -135,6 +137,7 @@ class Embedder:
         self.window: int = int(meta[onnx_file.META_WINDOW])
         self.dim: int = int(meta[onnx_file.META_DIM])
         self.backend: str = self.choice.backend
+        self.batch_tokens: int = batch_tokens or DEFAULT_BATCH_TOKENS[self.backend]
         self.precision: str = self.choice.precision
         self.threads: int = self._session.threads
         self.vectors_id: str = f"{self.model_id}+{self.backend}-{self.precision}"
