@@ -17,8 +17,9 @@ Runtimes (each on THREADS threads, checked: the embedder's own count, onnxruntim
 - ``st-bf16``: the same inside ``torch.autocast("cpu", dtype=torch.bfloat16)``;
 - ``st-openvino``: sentence-transformers' OpenVINO backend (``backend="openvino"``, through
   optimum-intel: ``pip install "optimum-intel[openvino]"``, then ``pip install --no-deps torch==2.13.0``
-  and ``pip uninstall torchvision``, as it pulls a CUDA torch and a torchvision built for it). It exports the model with OpenVINO's converter when it loads,
-  which is the part of OpenVINO that sends telemetry unless opted out: run it offline.
+  and ``pip uninstall torchvision``, as it pulls a CUDA torch and a torchvision built for it). It
+  exports the model with OpenVINO's converter when it loads, which is the part of OpenVINO that
+  sends telemetry unless opted out: run it offline.
 
 Texts: N_CHUNKS chunks of the sample corpus of 247-256 tokens (within the window, so nobody
 truncates), N_SENTENCES short sentences of the sample corpus, and MIXED held-out paragraphs of
