@@ -29,6 +29,7 @@ from chunktree.engine.scale import DEFAULT_SIZES
 from chunktree.models.backends import BACKENDS, PRECISIONS
 from chunktree.models.embedder import DEFAULT_BATCH_SIZE, DEFAULT_BATCH_TOKENS
 from chunktree.models.registry import DEFAULT_MODEL, MODELS
+from chunktree.track.learned import DEFAULT_L2, DEFAULT_THRESHOLD
 
 
 def _add_corpus_args(p: argparse.ArgumentParser, model_flag: str = "--model") -> None:
@@ -67,6 +68,12 @@ def _add_embedder_args(p: argparse.ArgumentParser, model_flag: str = "--model") 
                         "onnxruntime); or auto (default %(default)s), as --backend auto says")
     p.add_argument("--threads", type=int, default=None,
                    help="the runtime's threads, whichever backend (default: every physical core)")
+
+
+def _add_decider_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--decider", default=None, metavar="DECIDER.npz|thresholds",
+                   help="where turns go: a decider written by 'chunktree train-track', or 'thresholds' for the "
+                        "threshold rule (default: the learned decider shipped with chunktree)")
 
 
 def _embedder(args: argparse.Namespace) -> Any:
@@ -230,24 +237,44 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--llm-base-url", default=None,
                    help="ask this OpenAI-compatible server which topic an uncertain turn belongs to")
     p.add_argument("--llm-model", default=None, help="the judge's model name")
+    _add_decider_arg(p)
     _add_embedder_args(p)
     _add_cache_args(p)
     p.set_defaults(func=cmd_track)
 
-    p = sub.add_parser("eval-track", help="measure the topic forest on dialogues stitched from CoQA",
-                       description="Stitch dialogues from CoQA stories (interleaved, with returns), run the topic "
-                                   "forest and report topic assignment, boundary F1, Pk, WindowDiff, return "
-                                   "accuracy and context tokens and recall against baselines, with 95%% intervals.")
-    p.add_argument("data", type=Path, metavar="COQA.json")
+    p = sub.add_parser("eval-track", help="measure the topic forest on segmentation benchmarks or stitched CoQA",
+                       description="DATA is a segmentation file (DialSeg711, TIAGE, SuperDialseg: a JSON list of "
+                                   "dialogues with 'utterances' and 'segments'): Pk, WindowDiff and boundary F1 under the "
+                                   "SuperDialseg protocol against the threshold rule, random and even baselines; or a "
+                                   "CoQA file: dialogues stitched from its stories (interleaved, with returns), with topic "
+                                   "assignment, boundaries, return accuracy and context against baselines. 95%% intervals "
+                                   "over dialogues.")
+    p.add_argument("data", type=Path, metavar="DATA.json")
     p.add_argument("--dialogues", type=int, default=30, help="dialogues per length (default %(default)s)")
     p.add_argument("--lengths", type=int, nargs="+", default=[20, 40, 80], help="turns per dialogue")
     p.add_argument("--seed", type=int, default=0, help="seed of the stitching (default %(default)s)")
     p.add_argument("--calibrate", action="store_true",
                    help="search the thresholds on the first half of the stories instead of evaluating")
     p.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
+    _add_decider_arg(p)
     _add_embedder_args(p)
     _add_cache_args(p)
     p.set_defaults(func=cmd_eval_track)
+
+    p = sub.add_parser("train-track", help="fit the topic forest's learned decider on dialogues with known topics",
+                       description="Fit the learned decider (a logistic regression over features of each turn against "
+                                   "each tree) on FILES: segmentation files (each segment a topic), CoQA files (dialogues "
+                                   "stitched from the first half of the stories, with returns) or JSONL turns with a "
+                                   "'topic' each ('user', 'topic', optional 'assistant' and 'conversation'). Use the result "
+                                   "with --decider.")
+    p.add_argument("files", type=Path, nargs="+", metavar="FILE")
+    p.add_argument("-o", "--output", type=Path, required=True, metavar="DECIDER.npz")
+    p.add_argument("--l2", type=float, default=DEFAULT_L2, help="L2 regularisation (default %(default)s)")
+    p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
+                   help="the least probability that keeps a turn in an existing tree (default %(default)s)")
+    _add_embedder_args(p)
+    _add_cache_args(p)
+    p.set_defaults(func=cmd_train_track)
 
     p = sub.add_parser("scale", help="measure how ordering time and memory grow with n; write a report with plots",
                        description="Order synthetic embedding-like vectors (or subsamples of --embeddings) at each "
@@ -678,7 +705,7 @@ def cmd_track(args: argparse.Namespace) -> int:
     embedder, cache = _embedder(args), _open_cache(args)
     out: dict[str, Any] = {}
     for name, turns in conversations.items():
-        forest = Forest(embedder, cache=cache, llm=llm)
+        forest = Forest(embedder, cache=cache, llm=llm, decider=args.decider)
         decisions = []
         for index, (user, assistant) in enumerate(turns):
             d = forest.add(user, assistant)
@@ -709,7 +736,18 @@ def cmd_track(args: argparse.Namespace) -> int:
 
 def cmd_eval_track(args: argparse.Namespace) -> int:
     from chunktree.track.evaluate import calibrate, evaluate, format_report
+    from chunktree.track.segmentation import evaluate_segmentation, format_segmentation, load_segmentation, sniff
 
+    if sniff(args.data) == "segmentation":
+        if args.calibrate:
+            raise InvalidValueError("--calibrate searches the threshold rule on CoQA; for a segmentation file, fit a "
+                                    "decider with 'chunktree train-track'")
+        report = evaluate_segmentation(load_segmentation(args.data), _embedder(args), _open_cache(args),
+                                       decider=args.decider, seed=args.seed, progress=_progress(args))
+        print(format_segmentation(report))
+        if args.json:
+            args.json.write_text(dumps(report, indent=1), encoding="utf-8")
+        return 0
     if args.dialogues < 1:
         raise InvalidValueError(f"--dialogues must be >= 1; got {args.dialogues}")
     if any(n < 2 for n in args.lengths):
@@ -721,10 +759,23 @@ def cmd_eval_track(args: argparse.Namespace) -> int:
             print(dumps(row))
     else:
         result = evaluate(args.data, embedder=_embedder(args), cache=_open_cache(args), dialogues=args.dialogues,
-                          lengths=tuple(args.lengths), seed=args.seed, progress=_progress(args))
+                          lengths=tuple(args.lengths), seed=args.seed, progress=_progress(args), decider=args.decider)
         print(format_report(result))
     if args.json:
         args.json.write_text(dumps(result, indent=1), encoding="utf-8")
+    return 0
+
+
+def cmd_train_track(args: argparse.Namespace) -> int:
+    from chunktree.track.learned import fit, load_labelled
+
+    _check_output_folder(args.output)
+    dialogues = [d for path in args.files for d in load_labelled(path)]  # every file read before any work
+    decider = fit(dialogues, _embedder(args), _open_cache(args), l2=args.l2, threshold=args.threshold,
+                  info={"data": [str(p) for p in args.files]}, progress=_progress(args))
+    decider.save(args.output)
+    print(f"wrote {args.output}: fitted on {decider.info['dialogues']} dialogues, {decider.info['pairs']} turn-tree "
+          f"pairs ({decider.info['positives']} of the turn's own topic) in {decider.info['fit_seconds']} s")
     return 0
 
 

@@ -83,6 +83,7 @@ class Candidate:
     anchor_similarity: float
     best: int
     best_similarity: float
+    probability: float | None = None  # the learned decider's, when it decides
 
     @property
     def fit(self) -> float:
@@ -140,6 +141,44 @@ class Placement:
     uncertain: bool = False
 
 
+def _inside(c: Candidate, action: str, rule: str, uncertain: bool, current: int, path_recent: set[int],
+            t: Thresholds) -> Placement:
+    """Where in tree ``c`` the turn goes: at its anchor, or a branch from its best-matching node
+    when that node is off the recent path and fits by ``branch_margin`` more than the anchor."""
+    recent = path_recent if c.tree == current else set()
+    if c.best not in recent and c.best != c.anchor and c.best_similarity - c.anchor_similarity >= t.branch_margin:
+        return Placement("branch" if c.tree == current else action, c.tree, c.best, rule + ", at its best node", uncertain)
+    return Placement(action, c.tree, c.anchor, rule, uncertain)
+
+
+# The learned decider asks the LLM judge, when there is one, within this of its threshold.
+LEARNED_UNCERTAIN = 0.1
+
+
+def decide_learned(candidates: list[Candidate], current: int | None, path_recent: set[int], t: Thresholds,
+                   threshold: float, return_similarity: float | None) -> Placement:
+    """The learned rule: ``candidates`` sorted by probability, most probable first. The most
+    probable tree takes the turn (continue, or switch to it). When no tree reaches ``threshold``,
+    the turn returns to the other tree that fits it best if that fit reaches ``return_similarity``,
+    else it opens a new topic. Inside the tree, as the threshold rule places it."""
+    if current is None or not candidates:
+        return Placement("new_topic", None, None, "first turn")
+    top = candidates[0]
+    p = float(top.probability if top.probability is not None else 0.0)
+    uncertain = abs(p - threshold) < LEARNED_UNCERTAIN
+    if p < threshold:
+        others = [c for c in candidates if c.tree != current]
+        back = max(others, key=lambda c: c.fit, default=None)
+        if return_similarity is not None and back is not None and back.fit >= return_similarity:
+            return _inside(back, "switch", f"no tree is likely enough (best p {p:.2f}), but topic {back.tree} fits "
+                                           f"as a return ({back.fit:.2f})", uncertain, current, path_recent, t)
+        return Placement("new_topic", None, None, f"no tree is likely enough (best p {p:.2f})", uncertain)
+    if top.tree == current:
+        return _inside(top, "continue", f"the current tree is the most likely (p {p:.2f})", uncertain, current,
+                       path_recent, t)
+    return _inside(top, "switch", f"another tree is the most likely (p {p:.2f})", uncertain, current, path_recent, t)
+
+
 def decide(candidates: list[Candidate], current: int | None, words: int, path_recent: set[int],
            t: Thresholds) -> Placement:
     """The embedding rule. ``candidates``: one per tree; ``current``: the current tree;
@@ -153,11 +192,7 @@ def decide(candidates: list[Candidate], current: int | None, words: int, path_re
     near = t.uncertain
 
     def inside(c: Candidate, action: str, rule: str, uncertain: bool) -> Placement:
-        recent = path_recent if c.tree == current else set()
-        if c.best not in recent and c.best != c.anchor and c.best_similarity - c.anchor_similarity >= t.branch_margin:
-            return Placement("branch" if c.tree == current else action, c.tree, c.best, rule + ", at its best node",
-                             uncertain)
-        return Placement(action, c.tree, c.anchor, rule, uncertain)
+        return _inside(c, action, rule, uncertain, current, path_recent, t)
 
     if words <= t.dependent_words:
         if best_other is not None and best_other.fit - cur.fit >= t.return_margin:

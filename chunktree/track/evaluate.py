@@ -155,9 +155,11 @@ def _embed_dialogues(dialogues: list[list[Turn]], embedder: Any, cache: Embeddin
 
 
 def run_forest(turns: list[Turn], user_vectors: np.ndarray, node_vectors: np.ndarray, embedder: Any,
-               thresholds: Thresholds, with_context: bool = True) -> tuple[list[int], list[tuple[list[int], int]]]:
-    """Place every turn (with precomputed vectors); each turn's tree and the context after it."""
-    forest = Forest(embedder, thresholds=thresholds)
+               thresholds: Thresholds, with_context: bool = True, decider: Any = None
+               ) -> tuple[list[int], list[tuple[list[int], int]]]:
+    """Place every turn (with precomputed vectors); each turn's tree and the context after it.
+    ``decider`` as ``Forest`` takes it."""
+    forest = Forest(embedder, thresholds=thresholds, decider=decider)
     trees, contexts = [], []
     for i, turn in enumerate(turns):
         decision = forest._place(turn.user, turn.assistant, user_vectors[i], node_vectors[i])
@@ -183,7 +185,7 @@ def calibrate(path: str | Path, *, embedder: Any, cache: EmbeddingCache | None =
         t = Thresholds(new_topic=new_topic, switch_margin=switch, return_margin=ret, dependent_words=words)
         f1, acc = [], []
         for turns, (u, v, c) in zip(made, embedded):
-            trees, _ = run_forest(turns, u, v, embedder, t, with_context=False)
+            trees, _ = run_forest(turns, u, v, embedder, t, with_context=False, decider="thresholds")
             m = score_dialogue(turns, trees, [([], 0)] * len(turns), u, c)
             f1.append(m["boundary_f1"])
             acc.append(m["return_accuracy"])
@@ -196,21 +198,23 @@ def calibrate(path: str | Path, *, embedder: Any, cache: EmbeddingCache | None =
 
 def evaluate(path: str | Path, *, embedder: Any, cache: EmbeddingCache | None = None,
              thresholds: Thresholds | None = None, dialogues: int = 30, lengths: tuple[int, ...] = LENGTHS,
-             seed: int = 0, progress: bool = False) -> dict[str, Any]:
-    """The metrics per dialogue length, on the second half of the stories."""
+             seed: int = 0, progress: bool = False, decider: Any = None) -> dict[str, Any]:
+    """The metrics per dialogue length, on the second half of the stories (``decider`` as
+    ``Forest`` takes it; ``thresholds`` are the threshold rule's)."""
     integer(dialogues, "dialogues", 1)
     for n in lengths:
         integer(n, "length", 2)
     thresholds = thresholds or Thresholds()
     stories = load_coqa(path)
     held_out = stories[len(stories) // 2:]
-    report: dict[str, Any] = {"thresholds": thresholds.__dict__, "stories": len(held_out), "by_length": {}}
+    report: dict[str, Any] = {"decider": "thresholds" if decider == "thresholds" else str(decider or "shipped"),
+                              "thresholds": thresholds.__dict__, "stories": len(held_out), "by_length": {}}
     for length in lengths:
         made = [stitch(held_out, length, seed * 1000 + i) for i in range(dialogues)]
         rows = []
         for turns, (u, v, c) in tracked(list(zip(made, _embed_dialogues(made, embedder, cache, progress))),
                                         len(made), f"eval-track {length} turns", "dialogue", enabled=progress):
-            trees, contexts = run_forest(turns, u, v, embedder, thresholds)
+            trees, contexts = run_forest(turns, u, v, embedder, thresholds, decider=decider)
             rows.append(score_dialogue(turns, trees, contexts, u, c))
         report["by_length"][length] = {
             key: bootstrap([r[key] for r in rows if not np.isnan(r[key])], seed=seed) for key in rows[0]}

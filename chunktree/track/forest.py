@@ -12,6 +12,7 @@ per tree, not a Python loop over past turns.
 from __future__ import annotations
 
 import base64
+import dataclasses
 import json
 import os
 import re
@@ -26,7 +27,17 @@ from chunktree.engine.cache import EmbeddingCache
 from chunktree.engine.embedding import embed_texts
 from chunktree.engine.inputs import default_embedder
 from chunktree.engine.results import dumps
-from chunktree.track.decide import Candidate, Decision, LLMJudge, Placement, Thresholds, content_words, decide
+from chunktree.track.decide import (
+    Candidate,
+    Decision,
+    LLMJudge,
+    Placement,
+    Thresholds,
+    content_words,
+    decide,
+    decide_learned,
+)
+from chunktree.track.learned import LearnedDecider, default_decider, tree_features
 
 FORMAT, VERSION = "chunktree-forest", 1
 SUMMARY_TOKENS = 24
@@ -53,6 +64,20 @@ class LLMSummariser:
         if not line:
             raise ValueError("an empty summary")
         return line
+
+
+def _decider(decider: Any) -> LearnedDecider | None:
+    """``Forest``'s ``decider`` argument as a ``LearnedDecider``, or None for the threshold rule."""
+    if decider is None:
+        return default_decider()
+    if isinstance(decider, LearnedDecider):
+        return decider
+    if decider == "thresholds":
+        return None
+    if isinstance(decider, (str, os.PathLike)):
+        return LearnedDecider.load(decider)
+    raise InvalidValueError(f"decider must be None (the shipped one), 'thresholds', a LearnedDecider or the path of a "
+                            f"decider file; got {decider!r}")
 
 
 def _texts(node: Node) -> list[str]:
@@ -120,11 +145,18 @@ class Forest:
     ----------
     embedder
         embeds the turns (default: the default model); ``cache`` reuses its vectors.
+    decider
+        where a turn goes: ``None`` (default) the learned decider shipped with chunktree
+        (``learned.default_decider``), a ``LearnedDecider`` or the path of one written by
+        ``chunktree train-track``, or ``"thresholds"`` for the threshold rule (``decide``), the
+        baseline.
     thresholds
-        the embedding decider's settings (``decide.Thresholds``).
+        the threshold rule's settings (``decide.Thresholds``); the learned decider uses its
+        ``branch_margin``, ``recent`` and ``uncertain`` too.
     llm
         a ``ChatClient`` (or anything with its ``complete``): asked which topic a turn belongs
-        to when the embedding decision is within ``thresholds.uncertain`` of a threshold. A failed
+        to when the decision is uncertain (within ``thresholds.uncertain`` of a threshold; for the
+        learned decider, a probability within 0.1 of its threshold). A failed
         or malformed reply falls back to the embedding decision, recorded in ``Decision.llm``.
     summary_tokens
         token cap of a node's summary.
@@ -134,7 +166,7 @@ class Forest:
         its failure is counted in ``summary_fallbacks``.
     """
 
-    def __init__(self, embedder: Any = None, *, cache: EmbeddingCache | None = None,
+    def __init__(self, embedder: Any = None, *, cache: EmbeddingCache | None = None, decider: Any = None,
                  thresholds: Thresholds | None = None, llm: Any = None,
                  summary_tokens: int = SUMMARY_TOKENS, summariser: Any = None) -> None:
         self.embedder = embedder or default_embedder()
@@ -142,6 +174,9 @@ class Forest:
         self.thresholds = thresholds or Thresholds()
         if not isinstance(self.thresholds, Thresholds):
             raise InvalidValueError(f"thresholds must be a Thresholds; got {type(self.thresholds).__name__}")
+        self.decider: LearnedDecider | None = _decider(decider)
+        if self.decider is not None:
+            self.decider.check(self.embedder.dim)
         self.judge = LLMJudge(llm) if llm is not None else None
         self.summary_tokens = positive_int(summary_tokens, "summary_tokens")
         self.summariser = summariser
@@ -170,15 +205,46 @@ class Forest:
     def _place(self, user: str, assistant: str | None, v: np.ndarray, node_vector: np.ndarray) -> Decision:
         t = self.thresholds
         current_tree = None if self.current is None else self.nodes[self.current].tree
-        candidates = sorted((self._candidate(tree, v) for tree in self.trees), key=lambda c: -c.fit)
-        recent = set(self._path(self.current, t.recent)) if self.current is not None else set()
         words = content_words(user)
-        placement = decide(candidates, current_tree, words, recent, t)
+        candidates = [self._candidate(tree, v) for tree in self.trees]
+        if self.decider is not None and candidates:
+            p = self.decider.probabilities(self.features(v, words))
+            candidates = [dataclasses.replace(c, probability=float(q)) for c, q in zip(candidates, p)]
+            candidates.sort(key=lambda c: -(c.probability or 0.0))
+        else:
+            candidates.sort(key=lambda c: -c.fit)
+        recent = set(self._path(self.current, t.recent)) if self.current is not None else set()
+        if self.decider is not None:
+            placement = decide_learned(candidates, current_tree, recent, t, self.decider.threshold,
+                                       self.decider.return_similarity)
+        else:
+            placement = decide(candidates, current_tree, words, recent, t)
         llm = None
         if self.judge is not None and placement.uncertain and current_tree is not None:
             placement, llm = self._ask(user, placement, candidates, current_tree, recent)
         node = self._new_node(placement, user, assistant, node_vector)
         return Decision(placement.action, node.tree, node.id, node.parent, placement.rule, candidates, t, words, llm)
+
+    def features(self, v: np.ndarray, words: int) -> np.ndarray:
+        """The learned decider's features of the turn vector ``v`` against every tree, in tree order."""
+        turn = len(self.nodes)
+        rows = []
+        for tree in self.trees:
+            recent = [self._slot[n] for n in self._path(tree.anchor, self.thresholds.recent)]
+            is_current = self.current is not None and self.nodes[self.current].tree == tree.id
+            rows.append(tree_features(v, tree.vectors, recent, self._slot[tree.anchor], is_current,
+                                      turn - tree.last_turn, words))
+        return np.stack(rows)
+
+    def force(self, user: str, assistant: str | None, vector: np.ndarray, tree: int | None) -> Node:
+        """Place a turn in ``tree`` at its anchor (None: a new tree), whatever a decider would say:
+        for fitting a decider on dialogues with known topics (``learned.teacher_forced``)."""
+        if tree is None:
+            placement = Placement("new_topic", None, None, "given")
+        else:
+            current = None if self.current is None else self.nodes[self.current].tree
+            placement = Placement("continue" if tree == current else "switch", tree, self.trees[tree].anchor, "given")
+        return self._new_node(placement, user, assistant, vector)
 
     def _candidate(self, tree: _Tree, v: np.ndarray) -> Candidate:
         sims = tree.vectors @ v
@@ -391,17 +457,18 @@ class Forest:
         return forest
 
     def show(self) -> str:
-        """The forest as an indented tree, one line per turn."""
+        """The forest as an indented tree, one line per turn: its user text (cut to 24 tokens)."""
         lines = []
         for tree in self.trees:
-            lines.append(f"topic {tree.id} ({len(tree.node_ids)} turns)")
+            n_turns = len(tree.node_ids)
+            lines.append(f"topic {tree.id} ({n_turns} turn{'' if n_turns == 1 else 's'})")
             stack = [(tree.node_ids[0], 1)]
             while stack:
                 node_id, depth = stack.pop()
                 n = self.nodes[node_id]
                 mark = " <- current" if node_id == self.current else ""
                 # a chain stays at one depth; only a second child (a branch) indents
-                lines.append(f"{'  ' * depth}#{n.id} [branch {n.branch}] {n.summary}{mark}")
+                lines.append(f"{'  ' * depth}#{n.id} [branch {n.branch}] {self._cut(' '.join(n.user.split()), 24)}{mark}")
                 for i, child in reversed(list(enumerate(n.children))):
                     stack.append((child, depth + (1 if i > 0 else 0)))
         return "\n".join(lines)

@@ -1,0 +1,95 @@
+"""Fit the learned topic decider that chunktree ships (``chunktree/data/track_decider.npz``), and
+measure it on validation splits of the same public data first.
+
+    python bench/train_track_decider.py          # needs ../shared/data (DialSeg711, TIAGE, CoQA)
+
+1. Fit on the training split: DialSeg711's even half without its last 30% of dialogues, TIAGE
+   train, and 60 dialogues of 40 turns stitched from the first half of the CoQA stories.
+2. Measure on the validation split (the last 30% of that DialSeg711 half, TIAGE dev) with
+   ``segmentation.evaluate_segmentation``: Pk, WindowDiff and boundary F1 of the learned decider,
+   the threshold rule and the baselines; and on dialogues stitched from the second half of the
+   CoQA stories (``chunktree eval-track``'s): boundary F1 and return accuracy.
+3. Fit again, with the same settings, on all of it, and write the shipped file with the data,
+   settings and validation figures in its ``info``.
+
+Writes ``bench/results/train_track_decider.json``. DialSeg711's odd half and TIAGE test are kept
+apart for evaluation and never read here.
+"""
+
+import json
+import sys
+from pathlib import Path
+
+from record import title, write
+
+from chunktree import Embedder
+from chunktree.engine.cache import EmbeddingCache
+from chunktree.track.evaluate import evaluate
+from chunktree.track.learned import DEFAULT_L2, DEFAULT_THRESHOLD, fit, load_labelled
+from chunktree.track.segmentation import SegmentedDialogue, evaluate_segmentation, format_segmentation, load_segmentation
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+DIALSEG = DATA / "dialogue" / "dialseg711_even.json"
+TIAGE = DATA / "dialogue" / "tiage_train_dev.json"
+COQA = DATA / "coqa_test.json"
+TARGET = Path(__file__).resolve().parents[1] / "chunktree" / "data" / "track_decider.npz"
+VALIDATION_SHARE = 0.3
+
+
+def split(path: Path, labelled: list, segmented: list[SegmentedDialogue]) -> tuple[list, list[SegmentedDialogue]]:
+    """(training dialogues, validation dialogues) of one file."""
+    if path == TIAGE:
+        sets = [d["set"] for d in json.loads(path.read_text())]
+        return [d for d, s in zip(labelled, sets) if s == "train"], [d for d, s in zip(segmented, sets) if s == "dev"]
+    cut = round(len(labelled) * (1 - VALIDATION_SHARE))
+    return labelled[:cut], segmented[cut:]
+
+
+def main() -> int:
+    for path in (DIALSEG, TIAGE, COQA):
+        if not path.is_file():
+            print(f"{path} not found", file=sys.stderr)
+            return 1
+    embedder, cache = Embedder(), EmbeddingCache()
+    train, validation, everything = [], {}, []
+    for path in (DIALSEG, TIAGE):
+        labelled = load_labelled(path)
+        part, held = split(path, labelled, load_segmentation(path))
+        train += part
+        validation[path.stem] = held
+        everything += labelled
+    coqa = load_labelled(COQA)
+    train += coqa
+    everything += coqa
+    settings = {"l2": DEFAULT_L2, "threshold": DEFAULT_THRESHOLD}
+    decider = fit(train, embedder, cache, progress=True, **settings)
+    results, lines = {"settings": settings, "train_dialogues": len(train), "validation": {}}, []
+    for name, dialogues in validation.items():
+        report = evaluate_segmentation(dialogues, embedder, cache, decider=decider)
+        results["validation"][name] = report
+        lines += [f"validation, {name} ({len(dialogues)} dialogues):", *format_segmentation(report).splitlines()]
+    figures = {name: {m: round(r["methods"][m]["pk"]["mean"], 3) for m in ("forest", "thresholds")}
+               for name, r in results["validation"].items()}
+    coqa_eval = evaluate(COQA, embedder=embedder, cache=cache, dialogues=30, lengths=(40,), decider=decider)
+    results["validation"]["coqa_second_half"] = coqa_eval
+    m = coqa_eval["by_length"][40]
+    lines.append(f"validation, 30 dialogues of 40 turns stitched from the second half of the CoQA stories: boundary F1 "
+                 f"{m['boundary_f1']['mean']:.3f}, return accuracy {m['return_accuracy']['mean']:.3f}, Pk {m['pk']['mean']:.3f}"
+                 f" (return_similarity {decider.return_similarity})")
+    shipped = fit(everything, embedder, cache, progress=True, info={
+        "data": ["DialSeg711 even half (shared/data/dialogue/dialseg711_even.json)",
+                 "TIAGE train + dev (shared/data/dialogue/tiage_train_dev.json)",
+                 "60 dialogues of 40 turns stitched from the first half of the CoQA test stories"],
+        "validation_pk": figures, "made_by": "bench/train_track_decider.py"}, **settings)
+    shipped.save(TARGET)
+    results["shipped"] = shipped.info
+    lines.append(f"shipped {TARGET.name}: {shipped.info['dialogues']} dialogues, {shipped.info['pairs']} pairs; "
+                 f"validation Pk {figures}")
+    print("\n".join(lines))
+    write("train_track_decider", title(__doc__, "train_track_decider"), "python bench/train_track_decider.py", lines,
+          results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
