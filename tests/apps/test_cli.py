@@ -361,14 +361,15 @@ def test_track_prints_decisions_the_forest_and_the_context(tmp_path, cli):
              {"user": "Which flour gives the crispiest crust for a sourdough loaf?", "conversation": "other"}]
     path = tmp_path / "dialogue.jsonl"
     path.write_text("\n".join(json.dumps(t) for t in turns) + "\n", encoding="utf-8")
-    r = cli("track", path, "--budget-tokens", 200, "--no-cache", "--save", tmp_path / "forests")
+    r = cli("track", path, "--budget-tokens", 200, "--no-cache", "--save", tmp_path / "forests", "--decider", "thresholds")
     assert r.returncode == 0, r.stderr
     assert "[default] turn 0: new_topic -> topic 0, a new tree (first turn)" in r.stdout
     assert "[default] turn 1: continue -> topic 0, after #0 (no topic of its own" in r.stdout
     assert "[default] turn 2: new_topic -> topic 1" in r.stdout and "[other] turn 0: new_topic" in r.stdout
-    assert "context for the next turn:" in r.stdout and "topic 0 (2 turns)" in r.stdout
+    assert "context for the next turn:" in r.stdout and "topic 0 (2 turns)" in r.stdout and "topic 1 (1 turn)\n" in r.stdout
+    assert "  #1 [branch 0] and what colour was it?" in r.stdout  # each turn listed by its user text
     assert (tmp_path / "forests" / "default.json").is_file() and (tmp_path / "forests" / "other.json").is_file()
-    r = cli("track", path, "--format", "jsonl", "--no-cache")
+    r = cli("track", path, "--format", "jsonl", "--no-cache", "--decider", "thresholds")
     rows = [loads(line) for line in r.stdout.splitlines()]
     assert [(row["conversation"], row["action"]) for row in rows] == [
         ("default", "new_topic"), ("default", "continue"), ("default", "new_topic"), ("other", "new_topic")]

@@ -1,5 +1,6 @@
-"""The topic forest: decisions on real embeddings, the context and its budget, saving and loading,
-the LLM judge over a real loopback server, and the evaluation's metrics against hand-made cases."""
+"""The topic forest: the threshold rule's decisions on real embeddings, the context and its budget,
+saving and loading, the LLM judge over a real loopback server, and the evaluation's metrics against
+hand-made cases (the learned decider: test_learned)."""
 
 import json
 
@@ -20,7 +21,7 @@ BACK = ("Did Ahab's hatred of the white whale Moby Dick doom the Pequod's whalin
 
 @pytest.fixture
 def forest(embedder):
-    f = Forest(embedder)
+    f = Forest(embedder, decider="thresholds")
     decisions = [f.add(u, a) for u, a in WHALES + BREAD + [BACK]]
     return f, decisions
 
@@ -38,7 +39,7 @@ def test_topics_continue_switch_and_return(forest):
 
 def test_same_input_same_decisions(embedder, forest):
     _f, d = forest
-    again = Forest(embedder)
+    again = Forest(embedder, decider="thresholds")
     assert [again.add(u, a).to_dict() for u, a in WHALES + BREAD + [BACK]] == [x.to_dict() for x in d]
 
 
@@ -69,7 +70,7 @@ def test_the_budget_keeps_the_newest_turns(embedder, forest):
 def test_save_and_load_round_trip_and_go_on_alike(embedder, forest, tmp_path):
     f, _ = forest
     f.save(tmp_path / "f.json")
-    g = Forest.load(tmp_path / "f.json", embedder)
+    g = Forest.load(tmp_path / "f.json", embedder, decider="thresholds")
     assert g.show() == f.show() and g.context() == f.context()
     turn = ("What bread goes best with a hearty soup?", None)
     assert g.add(*turn).to_dict() == f.add(*turn).to_dict()
@@ -105,15 +106,15 @@ def test_the_llm_judge_is_asked_when_uncertain_and_its_failure_falls_back(embedd
 
     always = Thresholds(uncertain=2.0)  # every decision counts as uncertain
     with LLMServer() as server:
-        judged = Forest(embedder, thresholds=always, llm=ChatClient(server.base_url, "judge-new"))
+        judged = Forest(embedder, thresholds=always, llm=ChatClient(server.base_url, "judge-new"), decider="thresholds")
         d = [judged.add(u, a) for u, a in WHALES[:2]]
         assert d[0].llm is None  # the first turn needs no judge
         assert d[1].llm["used"] and d[1].action == "new_topic" and d[1].rule == "the LLM judged it a new topic"
-        failing = Forest(embedder, thresholds=always, llm=ChatClient(server.base_url, "malformed"))
+        failing = Forest(embedder, thresholds=always, llm=ChatClient(server.base_url, "malformed"), decider="thresholds")
         d = [failing.add(u, a) for u, a in WHALES[:2]]
         assert not d[1].llm["used"] and "no JSON object" in d[1].llm["fallback"]
         assert d[1].action == "continue"  # the embedding decision stands
-        calm = Forest(embedder, llm=ChatClient(server.base_url, "judge-new"))
+        calm = Forest(embedder, llm=ChatClient(server.base_url, "judge-new"), decider="thresholds")
         calm.add(*WHALES[0])
         asked_before = len(server.requests)
         calm.add(*BREAD[0])  # a clear new topic: far from every threshold, no LLM call

@@ -1,0 +1,92 @@
+"""The learned decider: the shipped one on a chat of four stretches with a return, fitting from
+files through the CLI, its file's round trip and errors, and eval-track on a segmentation file."""
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from chunktree.apps.cli import main
+from chunktree.track import Forest
+from chunktree.track.learned import DeciderFileError, LearnedDecider, default_decider, fit_weights, load_labelled
+
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "dialogue.jsonl"
+
+
+def test_the_shipped_decider_keeps_the_example_chat_in_its_four_stretches_and_resumes_bread(embedder):
+    turns = [json.loads(line) for line in EXAMPLE.read_text(encoding="utf-8").splitlines()]
+    forest = Forest(embedder)
+    decisions = [forest.add(t["user"], t.get("assistant")) for t in turns]
+    assert [d.tree for d in decisions] == [0, 0, 0, 1, 1, 1, 2, 2, 2, 0, 0, 0]
+    assert decisions[9].action == "switch" and decisions[9].parent == 2  # back where bread was left
+    assert all(c.probability is not None for d in decisions[1:] for c in d.candidates)
+    assert default_decider().info["validation_pk"]  # how it was made travels with it
+
+
+def test_fit_weights_recovers_a_logistic_model():
+    rng = np.random.default_rng(0)
+    x = np.c_[np.ones(4000), rng.normal(size=(4000, 3))]
+    w_true = np.array([0.5, 2.0, -1.0, 0.0])
+    y = (rng.random(4000) < 1 / (1 + np.exp(-x @ w_true))).astype(np.float32)
+    w, mean, scale = fit_weights(x, y, l2=1.0)
+    decider = LearnedDecider(w, mean, scale)
+    want = 1 / (1 + np.exp(-x @ w_true))
+    assert np.abs(decider.probabilities(x) - want).max() < 0.05
+
+
+def test_a_decider_file_round_trips_and_a_bad_one_is_refused(tmp_path):
+    d = default_decider()
+    d.save(tmp_path / "d.bin")  # an .npz whatever the name
+    again = LearnedDecider.load(tmp_path / "d.bin")
+    f = np.random.default_rng(1).normal(size=(5, d.weights.size)).astype(np.float32)
+    assert np.array_equal(again.probabilities(f), d.probabilities(f)) and again.info == d.info
+    assert (again.threshold, again.return_similarity) == (d.threshold, d.return_similarity)
+    (tmp_path / "junk.npz").write_bytes(b"not a decider")
+    with pytest.raises(DeciderFileError, match=r"junk.npz: not a decider file written by 'chunktree train-track'"):
+        LearnedDecider.load(tmp_path / "junk.npz")
+    with pytest.raises(ValueError, match=r"decider must be None .* got 3"):
+        Forest(decider=3)
+    small = LearnedDecider(np.zeros(2 + 14 + 2 * 8), np.zeros(32), np.ones(32))
+    with pytest.raises(ValueError, match="the decider expects 8-dimensional vectors; the embedder makes 384"):
+        Forest(decider=small)
+
+
+def test_train_track_fits_from_jsonl_and_track_uses_it(tmp_path, capsys):
+    topics = {"bread": ["How long should sourdough rise?", "Which flour makes the best crust?",
+                        "Should the oven be preheated with the pot inside?"],
+              "ships": ["How did whalers find sperm whales at sea?", "What was a harpoon line made of?",
+                        "How many men rowed a whaleboat?"]}
+    lines = [{"conversation": f"c{c}", "user": text, "topic": name}
+             for c in range(4) for name in (["bread", "ships"] if c % 2 else ["ships", "bread"]) for text in topics[name]]
+    data = tmp_path / "turns.jsonl"
+    data.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    assert len(load_labelled(data)) == 4
+    out = tmp_path / "mine.npz"
+    assert main(["train-track", str(data), "-o", str(out), "--no-cache"]) == 0
+    assert f"wrote {out}: fitted on 4 dialogues" in capsys.readouterr().out
+    chat = tmp_path / "chat.jsonl"
+    chat.write_text("".join(json.dumps({"user": t}) + "\n" for t in topics["bread"] + topics["ships"]))
+    assert main(["track", str(chat), "--decider", str(out), "--no-cache", "--format", "json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert [d["tree"] for d in doc["conversations"]["default"]["decisions"]] == [0, 0, 0, 1, 1, 1]
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"user": "no topic here"}) + "\n")
+    assert main(["train-track", str(bad), "-o", str(out)]) == 2
+    assert "bad.jsonl:1: a turn needs a 'topic'" in capsys.readouterr().err
+
+
+def test_eval_track_reads_a_segmentation_file(tmp_path, capsys):
+    dialogues = [{"dial_id": i, "utterances": ["How long should sourdough rise?", "About twelve hours in a cool room.",
+                                               "Which flour makes the best crust?", "How did whalers find whales?",
+                                               "They watched for spouts from the masthead.", "What was a harpoon made of?"],
+                  "segments": [3, 3]} for i in range(3)]
+    path = tmp_path / "seg.json"
+    path.write_text(json.dumps(dialogues))
+    out = tmp_path / "report.json"
+    assert main(["eval-track", str(path), "--no-cache", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("3 dialogues, 18 utterances, mean segment 3.0") and "| thresholds |" in text
+    report = json.loads(out.read_text())
+    assert set(report["methods"]) == {"forest", "thresholds", "random", "even"}
+    assert report["methods"]["even"]["pk"]["mean"] == 0.0  # told two segments of three: exactly right
