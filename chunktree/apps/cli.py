@@ -664,37 +664,14 @@ def cmd_eval_order(args: argparse.Namespace) -> int:
     return 0
 
 
-def _read_dialogue(path: Path) -> dict[str, list[tuple[str, str | None]]]:
-    """Turns by conversation, in file order; every line checked before anything is embedded."""
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidValueError(f"{path}: cannot read the dialogue ({exc})") from None
-    conversations: dict[str, list[tuple[str, str | None]]] = {}
-    for line_no, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            turn = json.loads(line)
-        except ValueError as exc:
-            raise InvalidValueError(f"{path}:{line_no}: invalid JSON ({exc})") from None
-        if not isinstance(turn, dict) or not isinstance(turn.get("user"), str) or not turn["user"].strip():
-            raise InvalidValueError(f"{path}:{line_no}: a turn must be a JSON object with a non-empty 'user' string")
-        assistant = turn.get("assistant")
-        if assistant is not None and not isinstance(assistant, str):
-            raise InvalidValueError(f"{path}:{line_no}: 'assistant' must be a string; got {type(assistant).__name__}")
-        conversations.setdefault(str(turn.get("conversation", "default")), []).append((turn["user"], assistant))
-    if not conversations:
-        raise InvalidValueError(f"{path}: holds no turns")
-    return conversations
-
 
 def cmd_track(args: argparse.Namespace) -> int:
     from chunktree.track import Forest
+    from chunktree.track.forest import read_dialogue
 
     if args.budget_tokens is not None and args.budget_tokens < 1:
         raise InvalidValueError(f"--budget-tokens must be >= 1; got {args.budget_tokens}")
-    conversations = _read_dialogue(args.dialogue)
+    conversations = read_dialogue(args.dialogue)
     if args.save is not None:
         _check_output_folder(args.save / "x.json")
     llm = None
@@ -707,7 +684,7 @@ def cmd_track(args: argparse.Namespace) -> int:
     for name, turns in conversations.items():
         forest = Forest(embedder, cache=cache, llm=llm, decider=args.decider)
         decisions = []
-        for index, (user, assistant) in enumerate(turns):
+        for index, (user, assistant, _) in enumerate(turns):
             d = forest.add(user, assistant)
             decisions.append(d.to_dict())
             if args.format == "jsonl":

@@ -80,6 +80,40 @@ def _decider(decider: Any) -> LearnedDecider | None:
                             f"decider file; got {decider!r}")
 
 
+def read_dialogue(path: str | os.PathLike[str], *, topics: bool = False
+                  ) -> dict[str, list[tuple[str, str | None, str | None]]]:
+    """A JSONL dialogue: one turn a line, ``user`` (required), ``assistant`` and ``conversation``
+    (optional) and, with ``topics``, a ``topic`` (a string or an integer) each. Turns by
+    conversation, in file order, as (user, assistant, topic); every line checked before anything
+    is embedded, a bad one named by its line."""
+    path = Path(path)
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise InvalidValueError(f"{path}: cannot read the dialogue ({exc})") from None
+    conversations: dict[str, list[tuple[str, str | None, str | None]]] = {}
+    for line_no, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            turn = json.loads(line)
+        except ValueError as exc:
+            raise InvalidValueError(f"{path}:{line_no}: invalid JSON ({exc})") from None
+        if not isinstance(turn, dict) or not isinstance(turn.get("user"), str) or not turn["user"].strip():
+            raise InvalidValueError(f"{path}:{line_no}: a turn must be a JSON object with a non-empty 'user' string")
+        assistant = turn.get("assistant")
+        if assistant is not None and not isinstance(assistant, str):
+            raise InvalidValueError(f"{path}:{line_no}: 'assistant' must be a string; got {type(assistant).__name__}")
+        topic = turn.get("topic")
+        if topics and (not isinstance(topic, (str, int)) or isinstance(topic, bool)):
+            raise InvalidValueError(f"{path}:{line_no}: a turn needs a 'topic' (a string or an integer) to learn from")
+        conversations.setdefault(str(turn.get("conversation", "default")), []).append(
+            (turn["user"], assistant, None if topic is None else str(topic)))
+    if not conversations:
+        raise InvalidValueError(f"{path}: holds no turns")
+    return conversations
+
+
 def _texts(node: Node) -> list[str]:
     """The node's texts as context messages: the user's, and the assistant's when there is one."""
     return [node.user, node.assistant] if node.assistant else [node.user]

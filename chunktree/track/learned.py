@@ -293,27 +293,7 @@ def load_labelled(path: str | Path, *, coqa_dialogues: int = 60, coqa_length: in
 
 
 def _load_jsonl(path: Path) -> list[LabelledDialogue]:
-    dialogues: dict[str, list[tuple[str, str | None, str]]] = {}
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidValueError(f"{path}: cannot read it ({exc})") from None
-    for no, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            turn = json.loads(line)
-        except ValueError as exc:
-            raise InvalidValueError(f"{path}:{no}: not JSON ({exc})") from None
-        if not isinstance(turn, dict) or not isinstance(turn.get("user"), str) or not turn["user"].strip():
-            raise InvalidValueError(f"{path}:{no}: a turn needs a non-empty string 'user'")
-        if not isinstance(turn.get("topic"), (str, int)) or isinstance(turn.get("topic"), bool):
-            raise InvalidValueError(f"{path}:{no}: a turn needs a 'topic' (a string or an integer) to learn from")
-        assistant = turn.get("assistant")
-        if assistant is not None and not isinstance(assistant, str):
-            raise InvalidValueError(f"{path}:{no}: 'assistant' must be a string")
-        dialogues.setdefault(str(turn.get("conversation", "default")), []).append(
-            (turn["user"], assistant, str(turn["topic"])))
-    if not dialogues:
-        raise InvalidValueError(f"{path}: holds no turns")
-    return [LabelledDialogue(name, turns) for name, turns in dialogues.items()]
+    from chunktree.track.forest import read_dialogue
+
+    return [LabelledDialogue(name, [(user, assistant, str(topic)) for user, assistant, topic in turns])
+            for name, turns in read_dialogue(path, topics=True).items()]
