@@ -1,10 +1,13 @@
-"""Topic forest: time to place one turn in conversations of 10, 100 and 1,000 turns, embedding
+"""Topic forest: time to place one turn in conversations of 10 to 10,000 turns, embedding
 excluded (precomputed vectors, the decision alone) and included (``Forest.add``: the model embeds
-the turn). The conversation's topics are synthetic: 20 topics, the topic changing every 2-6 turns.
+the turn), with the shipped learned decider. The topics are synthetic: 20 topics, the topic
+changing every 2-6 turns; and, the worst case for the number of trees, every turn a topic of its
+own.
 
     python -m pytest bench/bench_track.py
 
-Goal (reported, not asserted): p50 <= 5 ms per decision at 1,000 turns, embedding excluded.
+Goals (reported, not asserted): p50 <= 1 ms per decision at 1,000 turns, embedding excluded; a
+turn at 10,000 turns within 2x of one at 100.
 """
 
 import time
@@ -17,7 +20,7 @@ from chunktree import Embedder
 from chunktree.engine.scale import synthetic_embeddings
 from chunktree.track import Forest
 
-SIZES = (10, 100, 1000)
+SIZES = (10, 100, 1000, 10000)
 TIMED = 50
 
 
@@ -28,9 +31,14 @@ def embedder():
     return e
 
 
-def conversation(n, seed=0):
-    """n + TIMED vectors whose topic changes every 2-6 turns, and a text for each."""
+def conversation(n, seed=0, distinct=False):
+    """n + TIMED vectors whose topic changes every 2-6 turns (``distinct``: every turn a random
+    direction), and a text for each."""
     rng = np.random.default_rng(seed)
+    if distinct:
+        v = rng.normal(size=(n + TIMED, 384)).astype(np.float32)
+        v /= np.linalg.norm(v, axis=1, keepdims=True)
+        return v, [f"Subject {i}: an entirely separate question about item {i}." for i in range(n + TIMED)]
     pool = synthetic_embeddings(20 * 400, topics=20, shared=0.0, noise=0.5, seed=seed).reshape(20, 400, -1)
     topic, left, rows = 0, 0, []
     for i in range(n + TIMED):
@@ -41,9 +49,9 @@ def conversation(n, seed=0):
     return np.array(rows), [f"Turn {i} about topic words {i % 7} and more." for i in range(n + TIMED)]
 
 
-def timed_turns(results, embedder, n, kind, place):
+def timed_turns(results, embedder, n, kind, place, distinct=False):
     """A forest of n turns, then TIMED more placed by ``place(forest, i, vectors, texts)``, timed."""
-    vectors, texts = conversation(n)
+    vectors, texts = conversation(n, distinct=distinct)
     forest = Forest(embedder)
     for i in range(n):
         forest._place(texts[i], None, vectors[i], vectors[i])
@@ -61,6 +69,11 @@ def test_decision_without_embedding(results, embedder, n):
 
 
 @pytest.mark.parametrize("n", SIZES)
+def test_decision_distinct_topics(results, embedder, n):
+    timed_turns(results, embedder, n, "distinct", lambda f, i, v, t: f._place(t[i], None, v[i], v[i]), True)
+
+
+@pytest.mark.parametrize("n", (100, 10000))
 def test_add_with_embedding(results, embedder, n):
     timed_turns(results, embedder, n, "add",
                 lambda f, i, v, t: f.add(f"A new question number {i} about the whale and the ship?", "An answer."))
@@ -71,7 +84,8 @@ def _report(results):
     r = results.get("track", {})
     lines = []
     for (kind, n), (p50, p99, trees) in sorted(r.items(), key=lambda kv: (kv[0][0], kv[0][1])):
-        what = "decision, embedding excluded" if kind == "decision" else "add(), embedding included"
+        what = {"decision": "decision, embedding excluded", "distinct": "decision, every turn a new topic",
+                "add": "add(), embedding included"}[kind]
         lines.append(f"track {what:30s} at {n:>5} turns: p50 {p50 * 1e3:.2f} ms, p99 {p99 * 1e3:.2f} ms "
                      f"({trees} trees)")
     return lines

@@ -1,14 +1,17 @@
 """Fit the learned topic decider that chunktree ships (``chunktree/data/track_decider.npz``), and
 measure it on validation splits of the same public data first.
 
-    python bench/train_track_decider.py          # needs ../shared/data (DialSeg711, TIAGE, CoQA)
+    python bench/train_track_decider.py   # needs ../shared/data (DialSeg711, TIAGE, CoQA, SQuAD-Shifts)
 
 1. Fit on the training split: DialSeg711's even half without its last 30% of dialogues, TIAGE
-   train, and 60 dialogues of 40 turns stitched from the first half of the CoQA stories.
+   train, and 60 dialogues of 40 turns stitched from the first half of the CoQA stories and 60
+   from the first half of the SQuAD-Shifts (new wiki) articles; each of the four sources weighs
+   the same in the fit.
 2. Measure on the validation split (the last 30% of that DialSeg711 half, TIAGE dev) with
    ``segmentation.evaluate_segmentation``: Pk, WindowDiff and boundary F1 of the learned decider,
-   the threshold rule and the baselines; and on dialogues stitched from the second half of the
-   CoQA stories (``chunktree eval-track``'s): boundary F1 and return accuracy.
+   the threshold rule and the baselines; and on 30 dialogues of 40 turns stitched from the second
+   half of the CoQA stories and of the SQuAD articles (``chunktree eval-track``'s): boundary F1
+   and return accuracy.
 3. Fit again, with the same settings, on all of it, and write the shipped file with the data,
    settings and validation figures in its ``info``.
 
@@ -32,6 +35,7 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 DIALSEG = DATA / "dialogue" / "dialseg711_even.json"
 TIAGE = DATA / "dialogue" / "tiage_train_dev.json"
 COQA = DATA / "coqa_test.json"
+SQUAD = DATA / "squad_shifts_new_wiki_v1.0.json"
 TARGET = Path(__file__).resolve().parents[1] / "chunktree" / "data" / "track_decider.npz"
 VALIDATION_SHARE = 0.3
 
@@ -46,7 +50,7 @@ def split(path: Path, labelled: list, segmented: list[SegmentedDialogue]) -> tup
 
 
 def main() -> int:
-    for path in (DIALSEG, TIAGE, COQA):
+    for path in (DIALSEG, TIAGE, COQA, SQUAD):
         if not path.is_file():
             print(f"{path} not found", file=sys.stderr)
             return 1
@@ -58,9 +62,9 @@ def main() -> int:
         train += part
         validation[path.stem] = held
         everything += labelled
-    coqa = load_labelled(COQA)
-    train += coqa
-    everything += coqa
+    stitched = load_labelled(COQA) + load_labelled(SQUAD)
+    train += stitched
+    everything += stitched
     settings = {"l2": DEFAULT_L2, "threshold": DEFAULT_THRESHOLD}
     decider = fit(train, embedder, cache, progress=True, **settings)
     results, lines = {"settings": settings, "train_dialogues": len(train), "validation": {}}, []
@@ -70,16 +74,18 @@ def main() -> int:
         lines += [f"validation, {name} ({len(dialogues)} dialogues):", *format_segmentation(report).splitlines()]
     figures = {name: {m: round(r["methods"][m]["pk"]["mean"], 3) for m in ("forest", "thresholds")}
                for name, r in results["validation"].items()}
-    coqa_eval = evaluate(COQA, embedder=embedder, cache=cache, dialogues=30, lengths=(40,), decider=decider)
-    results["validation"]["coqa_second_half"] = coqa_eval
-    m = coqa_eval["by_length"][40]
-    lines.append(f"validation, 30 dialogues of 40 turns stitched from the second half of the CoQA stories: boundary F1 "
-                 f"{m['boundary_f1']['mean']:.3f}, return accuracy {m['return_accuracy']['mean']:.3f}, Pk {m['pk']['mean']:.3f}"
-                 f" (return_similarity {decider.return_similarity})")
+    for name, path in (("coqa", COQA), ("squad", SQUAD)):
+        report = evaluate(path, embedder=embedder, cache=cache, dialogues=30, lengths=(40,), decider=decider)
+        results["validation"][f"{name}_second_half"] = report
+        m = report["by_length"][40]
+        lines.append(f"validation, 30 dialogues of 40 turns stitched from the second half of {path.name}: boundary F1 "
+                     f"{m['boundary_f1']['mean']:.3f}, return accuracy {m['return_accuracy']['mean']:.3f}, "
+                     f"Pk {m['pk']['mean']:.3f} (return_similarity {decider.return_similarity})")
     shipped = fit(everything, embedder, cache, progress=True, info={
         "data": ["DialSeg711 even half (shared/data/dialogue/dialseg711_even.json)",
                  "TIAGE train + dev (shared/data/dialogue/tiage_train_dev.json)",
-                 "60 dialogues of 40 turns stitched from the first half of the CoQA test stories"],
+                 "60 dialogues of 40 turns stitched from the first half of the CoQA test stories",
+                 "60 dialogues of 40 turns stitched from the first half of the SQuAD-Shifts new-wiki articles"],
         "validation_pk": figures, "made_by": "bench/train_track_decider.py"}, **settings)
     results["shipped"] = shipped.info
     lines.append(f"shipped {TARGET.name}: {shipped.info['dialogues']} dialogues, {shipped.info['pairs']} pairs; "

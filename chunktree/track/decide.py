@@ -50,6 +50,41 @@ def content_words(text: str) -> int:
     return sum(1 for w in _WORD.findall(text.lower()) if w not in FUNCTION_WORDS)
 
 
+def topic_words(text: str) -> set[str]:
+    """The content words of ``text``, lower case, a plural's final ``s`` dropped ("folds" and
+    "fold" meet)."""
+    return {w[:-1] if len(w) > 3 and w.endswith("s") and not w.endswith("ss") else w
+            for w in _WORD.findall(text.lower()) if w not in FUNCTION_WORDS}
+
+
+_CONNECTIVES = frozenset("and also so but then or plus".split())
+_ANAPHORS = frozenset("it its they them their theirs this that these those he him his she her hers there".split())
+
+
+def turn_cues(text: str) -> tuple[float, float]:
+    """(whether the turn opens with a connective such as "and" or "what about", whether it refers
+    back with a pronoun such as "it" or "they"): signs of a follow-up."""
+    words = _WORD.findall(text.lower())
+    opens = bool(words) and (words[0] in _CONNECTIVES or words[:2] in (["what", "about"], ["how", "about"]))
+    return float(opens), float(any(w in _ANAPHORS for w in words))
+
+
+_SWITCH = re.compile(r"^\W*(?:switching (?:gears|topics?|subjects?)|chang(?:e|ing) (?:of )?(?:the )?(?:subject|topic)"
+                     r"|(?:a |an )?(?:different|new|unrelated|separate|other|another) (?:question|topic|subject)"
+                     r"|unrelated|on (?:a |an )?(?:different|other|another|unrelated|separate) (?:note|topic|subject)"
+                     r"|on another note|by the way|btw|something (?:else|different)|off[- ]topic|moving on)\b", re.I)
+_BACK = re.compile(r"^\W*(?:(?:going|coming|getting|let'?s go|let me go) )?back to\b|^\W*returning to\b", re.I)
+
+
+def announced(text: str) -> str | None:
+    """"return" when the turn says it goes back to an earlier subject ("Back to the bread: ..."),
+    "switch" when it announces a change of subject ("Switching gears: ...", "Different question:
+    ..."), else None."""
+    if _BACK.search(text):
+        return "return"
+    return "switch" if _SWITCH.search(text) else None
+
+
 @dataclass(frozen=True)
 class Thresholds:
     """The embedding decider's settings; see the module notes for the rule each one sets."""
@@ -156,27 +191,37 @@ LEARNED_UNCERTAIN = 0.1
 
 
 def decide_learned(candidates: list[Candidate], current: int | None, path_recent: set[int], t: Thresholds,
-                   threshold: float, return_similarity: float | None) -> Placement:
+                   threshold: float, return_similarity: float | None, announce: str | None = None) -> Placement:
     """The learned rule: ``candidates`` sorted by probability, most probable first. The most
     probable tree takes the turn (continue, or switch to it). When no tree reaches ``threshold``,
     the turn returns to the other tree that fits it best if that fit reaches ``return_similarity``,
-    else it opens a new topic. Inside the tree, as the threshold rule places it."""
+    else it opens a new topic. A turn that announces a change of subject (``announced``) goes to
+    another tree only if one reaches ``threshold``, else to a new topic; one that announces a
+    return goes to the most probable other tree.
+    Inside the tree, as the threshold rule places it."""
     if current is None or not candidates:
         return Placement("new_topic", None, None, "first turn")
-    top = candidates[0]
-    p = float(top.probability if top.probability is not None else 0.0)
-    uncertain = abs(p - threshold) < LEARNED_UNCERTAIN
-    if p < threshold:
-        others = [c for c in candidates if c.tree != current]
+    others = [c for c in candidates if c.tree != current]
+    if announce == "return" and others:
+        c = others[0]
+        return _inside(c, "switch", f"it announces a return; topic {c.tree} is the most likely earlier one "
+                                    f"(p {c.probability or 0.0:.2f})", False, current, path_recent, t)
+    pool = others if announce else candidates
+    top = pool[0] if pool else None
+    p = float(top.probability or 0.0) if top is not None else 0.0
+    uncertain = announce is None and abs(p - threshold) < LEARNED_UNCERTAIN
+    said = "it announces a change of subject; " if announce else ""
+    if top is None or p < threshold:
         back = max(others, key=lambda c: c.fit, default=None)
-        if return_similarity is not None and back is not None and back.fit >= return_similarity:
-            return _inside(back, "switch", f"no tree is likely enough (best p {p:.2f}), but topic {back.tree} fits "
-                                           f"as a return ({back.fit:.2f})", uncertain, current, path_recent, t)
-        return Placement("new_topic", None, None, f"no tree is likely enough (best p {p:.2f})", uncertain)
+        if announce is None and return_similarity is not None and back is not None and back.fit >= return_similarity:
+            return _inside(back, "switch", f"{said}no tree is likely enough (best p {p:.2f}), but topic {back.tree} "
+                                           f"fits as a return ({back.fit:.2f})", uncertain, current, path_recent, t)
+        return Placement("new_topic", None, None, f"{said}no tree is likely enough (best p {p:.2f})", uncertain)
     if top.tree == current:
         return _inside(top, "continue", f"the current tree is the most likely (p {p:.2f})", uncertain, current,
                        path_recent, t)
-    return _inside(top, "switch", f"another tree is the most likely (p {p:.2f})", uncertain, current, path_recent, t)
+    return _inside(top, "switch", f"{said}another tree is the most likely (p {p:.2f})", uncertain, current,
+                   path_recent, t)
 
 
 def decide(candidates: list[Candidate], current: int | None, words: int, path_recent: set[int],

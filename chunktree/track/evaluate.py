@@ -1,10 +1,10 @@
 """``chunktree eval-track``: the topic forest on dialogues with a known topic structure.
 
-Dialogues are stitched from CoQA (conversational questions about a source story, with answers):
-stretches of 2-6 turns about different stories, interleaved, with returns to earlier stories
-(A A A B B A C C B ...), seeded. The gold topic of a turn is its story. Stories are split in two
-halves by position in the file: ``--calibrate`` searches the decider's thresholds on the first,
-the evaluation uses the second.
+Dialogues are stitched from CoQA (conversational questions about a source story, with answers)
+or SQuAD (questions about the paragraphs of an article): stretches of 2-6 turns about different
+stories, interleaved, with returns to earlier stories (A A A B B A C C B ...), seeded. The gold
+topic of a turn is its story. Stories are split in two halves by position in the file:
+``--calibrate`` searches the decider's thresholds on the first, the evaluation uses the second.
 
 Measured per dialogue, then averaged with 95% bootstrap intervals over dialogues:
 - topic assignment: turns whose tree maps to their story (trees mapped to stories by majority);
@@ -13,7 +13,10 @@ Measured per dialogue, then averaged with 95% bootstrap intervals over dialogues
 - returns: a return to an earlier story resumes the tree that story's last turn is in;
 - context after each turn: its tokens against the full history's, and the share of the current
   story's earlier turns it holds verbatim (recall); with the baselines full history, the last N
-  turns, and the top-k earlier turns by similarity.
+  turns, and the top-k earlier turns by similarity;
+- the context frontier: the same recall when every method gets the same budget, 25%, 50% and 75%
+  of the full history's tokens (the last turns that fit; the most similar turns that fit; the
+  forest's ``context(budget)``), and the forest's recall within the tokens of the last-N window.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from chunktree.track.forest import Forest
 
 LENGTHS = (20, 40, 80)
 BASELINE_TURNS = 8  # the last-N and top-k baselines keep this many earlier turns
+FRACTIONS = (0.25, 0.5, 0.75)  # the context frontier's budgets, shares of the full history's tokens
 
 
 @dataclass(frozen=True)
@@ -45,18 +49,30 @@ class Turn:
     story: int
 
 
-def load_coqa(path: str | Path) -> list[list[tuple[str, str]]]:
-    """Each story's (question, answer) turns, in the file's order."""
+def load_stories(path: str | Path) -> list[list[tuple[str, str]]]:
+    """Each story's (question, answer) turns, in the file's order, from a CoQA file (a story: a
+    source text and its conversation) or a SQuAD file (a story: an article, its paragraphs'
+    questions in order, each with its first answer). Stories of fewer than two questions are left
+    out."""
     path = Path(path)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))["data"]
         stories = []
         for record in data:
-            answers = {a["turn_id"]: a["input_text"] for a in record["answers"]}
-            stories.append([(q["input_text"], answers.get(q["turn_id"], "")) for q in record["questions"]])
-    except (OSError, ValueError, KeyError, TypeError) as exc:
-        raise InvalidValueError(f"{path}: not a CoQA JSON file ({type(exc).__name__}: {exc})") from None
-    return [s for s in stories if len(s) >= 2]
+            if "paragraphs" in record:
+                stories.append([(qa["question"], qa["answers"][0]["text"] if qa.get("answers") else "")
+                                for paragraph in record["paragraphs"] for qa in paragraph["qas"]])
+            else:
+                answers = {a["turn_id"]: a["input_text"] for a in record["answers"]}
+                stories.append([(q["input_text"], answers.get(q["turn_id"]) or "") for q in record["questions"]])
+        if not all(isinstance(x, str) for story in stories for turn in story for x in turn):
+            raise TypeError("a question or answer is not a string")
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
+        raise InvalidValueError(f"{path}: not a CoQA or SQuAD JSON file ({type(exc).__name__}: {exc})") from None
+    stories = [s for s in stories if len(s) >= 2]
+    if len(stories) < 4:
+        raise InvalidValueError(f"{path}: {len(stories)} stories of two or more questions; stitching needs at least 4")
+    return stories
 
 
 def stitch(stories: list[list[tuple[str, str]]], length: int, seed: int, p_return: float = 0.4) -> list[Turn]:
@@ -94,10 +110,8 @@ def _segmentation_errors(gold: np.ndarray, pred: np.ndarray, k: int) -> tuple[fl
     return float(np.mean((gk > 0) != (pk > 0))), float(np.mean(gk != pk))
 
 
-def score_dialogue(turns: list[Turn], trees: list[int], contexts: list[tuple[list[int], int]],
-                   vectors: np.ndarray, tokens: np.ndarray) -> dict[str, float]:
-    """The metrics of one dialogue. ``contexts[i]``: (turn indices held verbatim, tokens) after turn i;
-    ``tokens[i]``: turn i's tokens (user and assistant)."""
+def score_dialogue(turns: list[Turn], trees: list[int]) -> dict[str, float]:
+    """The topic metrics of one dialogue: assignment, boundaries, Pk and WindowDiff, returns."""
     stories = np.array([t.story for t in turns])
     pred = np.array(trees)
     out: dict[str, float] = {}
@@ -119,24 +133,71 @@ def score_dialogue(turns: list[Turn], trees: list[int], contexts: list[tuple[lis
             returns.append(pred[i] == pred[last_turn[s]])
         last_turn[s] = i
     out["return_accuracy"] = float(np.mean(returns)) if returns else float("nan")
+    return out
+
+
+def _fill(order: list[int], tokens: np.ndarray, budget: int, contiguous: bool) -> set[int]:
+    """The turns of ``order`` taken in turn while they fit ``budget`` (``contiguous``: stop at the
+    first that does not; else skip it)."""
+    kept, used = set(), 0
+    for j in order:
+        if used + int(tokens[j]) > budget:
+            if contiguous:
+                break
+            continue
+        kept.add(j)
+        used += int(tokens[j])
+    return kept
+
+
+def context_budgets(tokens: np.ndarray) -> Any:
+    """``budgets(i)``: the named token budgets of the context after turn i (``run_forest``): the
+    full context (None), each of ``FRACTIONS`` of the full history, the last-N window's tokens."""
     full = np.cumsum(tokens)
-    rows: dict[str, list[tuple[float, float]]] = {"forest": [], "last_n": [], "top_k": [], "full": []}
+
+    def budgets(i: int) -> dict[str, int | None]:
+        window = int(tokens[max(0, i - BASELINE_TURNS):i + 1].sum())
+        return {"full": None, **{f"{round(100 * f)}": max(1, int(f * full[i])) for f in FRACTIONS}, "last_n": window}
+
+    return budgets
+
+
+def score_context(turns: list[Turn], contexts: list[dict[str, tuple[list[int], int]]], vectors: np.ndarray,
+                  tokens: np.ndarray) -> dict[str, float]:
+    """The context metrics of one dialogue. ``contexts[i]``: the forest's context after turn i at
+    each budget of ``context_budgets`` (turn indices held verbatim, tokens); ``tokens[i]``: turn
+    i's tokens (user and assistant)."""
+    stories = np.array([t.story for t in turns])
+    full = np.cumsum(tokens)
+    rows: dict[str, list[tuple[float, float]]] = {}
+    budgets = context_budgets(tokens)
     for i in range(1, len(turns)):
         earlier = set(np.flatnonzero(stories[:i] == stories[i]).tolist())
-        held = {
-            "forest": (set(contexts[i][0]), contexts[i][1]),
-            "last_n": (set(range(max(0, i - BASELINE_TURNS), i + 1)), None),
-            "top_k": (set(np.argsort(-(vectors[:i] @ vectors[i]))[:BASELINE_TURNS].tolist()) | {i}, None),
-            "full": (set(range(i + 1)), None),
+        if not earlier:
+            continue
+        newest = list(range(i, -1, -1))
+        similar = [i, *np.argsort(-(vectors[:i] @ vectors[i]), kind="stable").tolist()]
+        held: dict[str, tuple[set[int], int | None]] = {
+            "forest": (set(contexts[i]["full"][0]), contexts[i]["full"][1]),
+            "last_n": (set(newest[:BASELINE_TURNS + 1]), None),
+            "top_k": (set(similar[:BASELINE_TURNS + 1]), None),
+            "full": (set(newest), None),
+            "forest_at_last_n": (set(contexts[i]["last_n"][0]), contexts[i]["last_n"][1]),
         }
+        for f in FRACTIONS:
+            name, budget = f"{round(100 * f)}", budgets(i)[f"{round(100 * f)}"]
+            assert budget is not None
+            held[f"forest_at_{name}"] = (set(contexts[i][name][0]), contexts[i][name][1])
+            held[f"last_n_at_{name}"] = (_fill(newest, tokens, budget, contiguous=True), None)
+            held[f"top_k_at_{name}"] = (_fill(similar, tokens, budget, contiguous=False), None)
         for name, (kept, cost) in held.items():
             cost = int(tokens[sorted(kept)].sum()) if cost is None else cost
-            recall_i = len(kept & earlier) / len(earlier) if earlier else float("nan")
-            rows[name].append((cost / full[i], recall_i))
+            rows.setdefault(name, []).append((cost / full[i], len(kept & earlier) / len(earlier)))
+    out: dict[str, float] = {}
     for name, values in rows.items():
         arr = np.array(values, dtype=np.float64)
-        out[f"{name}_tokens"] = float(np.nanmean(arr[:, 0]))
-        out[f"{name}_recall"] = float(np.nanmean(arr[:, 1]))
+        out[f"{name}_tokens"] = float(arr[:, 0].mean())
+        out[f"{name}_recall"] = float(arr[:, 1].mean())
     return out
 
 
@@ -155,18 +216,19 @@ def _embed_dialogues(dialogues: list[list[Turn]], embedder: Any, cache: Embeddin
 
 
 def run_forest(turns: list[Turn], user_vectors: np.ndarray, node_vectors: np.ndarray, embedder: Any,
-               thresholds: Thresholds, with_context: bool = True, decider: Any = None
-               ) -> tuple[list[int], list[tuple[list[int], int]]]:
-    """Place every turn (with precomputed vectors); each turn's tree and the context after it.
+               thresholds: Thresholds, decider: Any = None, budgets: Any = None
+               ) -> tuple[list[int], list[dict[str, tuple[list[int], int]]]]:
+    """Place every turn (with precomputed vectors); each turn's tree and, with ``budgets`` (see
+    ``context_budgets``), the context after it at each budget: (turns held, tokens) by name.
     ``decider`` as ``Forest`` takes it."""
     forest = Forest(embedder, thresholds=thresholds, decider=decider)
     trees, contexts = [], []
     for i, turn in enumerate(turns):
         decision = forest._place(turn.user, turn.assistant, user_vectors[i], node_vectors[i])
         trees.append(decision.tree)
-        if with_context:
-            c = forest.context()
-            contexts.append((c.turns, c.tokens))
+        if budgets is not None:
+            made = {name: forest.context(b) for name, b in budgets(i).items()}
+            contexts.append({name: (c.turns, c.tokens) for name, c in made.items()})
     return trees, contexts
 
 
@@ -174,7 +236,7 @@ def calibrate(path: str | Path, *, embedder: Any, cache: EmbeddingCache | None =
               length: int = 40, seed: int = 0, progress: bool = False) -> dict[str, Any]:
     """Grid search of the thresholds on the first half of the stories: the setting with the best
     mean of boundary F1 and return accuracy."""
-    stories = load_coqa(path)
+    stories = load_stories(path)
     half = stories[:len(stories) // 2]
     made = [stitch(half, length, seed * 1000 + i) for i in range(dialogues)]
     embedded = _embed_dialogues(made, embedder, cache, progress)
@@ -184,9 +246,9 @@ def calibrate(path: str | Path, *, embedder: Any, cache: EmbeddingCache | None =
     for new_topic, switch, ret, words in tracked(grid, len(grid), "calibrate", "setting", enabled=progress):
         t = Thresholds(new_topic=new_topic, switch_margin=switch, return_margin=ret, dependent_words=words)
         f1, acc = [], []
-        for turns, (u, v, c) in zip(made, embedded):
-            trees, _ = run_forest(turns, u, v, embedder, t, with_context=False, decider="thresholds")
-            m = score_dialogue(turns, trees, [([], 0)] * len(turns), u, c)
+        for turns, (u, v, _) in zip(made, embedded):
+            trees, _ = run_forest(turns, u, v, embedder, t, decider="thresholds")
+            m = score_dialogue(turns, trees)
             f1.append(m["boundary_f1"])
             acc.append(m["return_accuracy"])
         results.append({"new_topic": new_topic, "switch_margin": switch, "return_margin": ret,
@@ -205,7 +267,7 @@ def evaluate(path: str | Path, *, embedder: Any, cache: EmbeddingCache | None = 
     for n in lengths:
         integer(n, "length", 2)
     thresholds = thresholds or Thresholds()
-    stories = load_coqa(path)
+    stories = load_stories(path)
     held_out = stories[len(stories) // 2:]
     report: dict[str, Any] = {"decider": "thresholds" if decider == "thresholds" else str(decider or "shipped"),
                               "thresholds": thresholds.__dict__, "stories": len(held_out), "by_length": {}}
@@ -214,8 +276,8 @@ def evaluate(path: str | Path, *, embedder: Any, cache: EmbeddingCache | None = 
         rows = []
         for turns, (u, v, c) in tracked(list(zip(made, _embed_dialogues(made, embedder, cache, progress))),
                                         len(made), f"eval-track {length} turns", "dialogue", enabled=progress):
-            trees, contexts = run_forest(turns, u, v, embedder, thresholds, decider=decider)
-            rows.append(score_dialogue(turns, trees, contexts, u, c))
+            trees, contexts = run_forest(turns, u, v, embedder, thresholds, decider, context_budgets(c))
+            rows.append({**score_dialogue(turns, trees), **score_context(turns, contexts, u, c)})
         report["by_length"][length] = {
             key: bootstrap([r[key] for r in rows if not np.isnan(r[key])], seed=seed) for key in rows[0]}
     return report

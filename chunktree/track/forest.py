@@ -5,8 +5,8 @@ back to an earlier point and refines it. ``Forest.add`` places each turn (``deci
 ``Forest.context`` gives the next turn the verbatim path from its topic's root to the current
 node plus one line for every other topic and branch, within a token budget.
 
-Each tree keeps its node vectors in one array, so placing a turn costs one matrix-vector product
-per tree, not a Python loop over past turns.
+All node vectors sit in one array: placing a turn costs one matrix-vector product over them, and
+work per tree only for the ``SHORTLIST`` trees that fit it best (and the current one).
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import dataclasses
 import json
 import os
 import re
+import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,14 +34,19 @@ from chunktree.track.decide import (
     LLMJudge,
     Placement,
     Thresholds,
+    announced,
     content_words,
     decide,
     decide_learned,
+    topic_words,
+    turn_cues,
 )
 from chunktree.track.learned import LearnedDecider, default_decider, tree_features
 
 FORMAT, VERSION = "chunktree-forest", 1
 SUMMARY_TOKENS = 24
+_HEADER = "Earlier topics and branches of this conversation, most recent first:\n"
+SHORTLIST = 16  # a turn is weighed in full against this many best-fitting trees, and the current one
 _SENTENCE = re.compile(r"[^.!?。！？]+[.!?。！？]*")
 
 
@@ -135,26 +141,31 @@ class Node:
 
 
 class _Tree:
-    """A topic: its node ids and their vectors in one growing array, and where it was left."""
+    """A topic: its node ids (also as an array), the sum of their vectors, their content words,
+    and where it was left."""
 
     def __init__(self, tree_id: int, dim: int) -> None:
         self.id = tree_id
         self.node_ids: list[int] = []
-        self._vectors = np.zeros((4, dim), np.float32)
+        self._rows = np.zeros(4, np.int64)
+        self.sum = np.zeros(dim, np.float64)
+        self.words: set[str] = set()
         self.anchor: int = -1
         self.last_turn: int = -1
         self.branches = 1
 
     @property
-    def vectors(self) -> np.ndarray:
-        return self._vectors[:len(self.node_ids)]
+    def rows(self) -> np.ndarray:
+        return self._rows[:len(self.node_ids)]
 
-    def append(self, node_id: int, vector: np.ndarray) -> None:
+    def append(self, node_id: int, vector: np.ndarray, words: set[str]) -> None:
         n = len(self.node_ids)
-        if n == len(self._vectors):
-            self._vectors = np.concatenate([self._vectors, np.zeros_like(self._vectors)])
-        self._vectors[n] = vector
+        if n == len(self._rows):
+            self._rows = np.concatenate([self._rows, np.zeros_like(self._rows)])
+        self._rows[n] = node_id
         self.node_ids.append(node_id)
+        self.sum += vector
+        self.words |= words
 
 
 @dataclass(frozen=True)
@@ -218,7 +229,8 @@ class Forest:
         self.nodes: list[Node] = []
         self.trees: list[_Tree] = []
         self.current: int | None = None  # the current node
-        self._slot: list[int] = []  # each node's row in its tree's vectors
+        self._vectors = np.zeros((16, self.embedder.dim), np.float32)  # row = node id
+        self._tree_of = np.zeros(16, np.int64)  # each node's tree
         self._tokens: list[int] = []  # each node's tokens as context messages (user + assistant)
 
     # -- placing turns -------------------------------------------------------------------------
@@ -240,9 +252,9 @@ class Forest:
         t = self.thresholds
         current_tree = None if self.current is None else self.nodes[self.current].tree
         words = content_words(user)
-        candidates = [self._candidate(tree, v) for tree in self.trees]
+        candidates, features = self._weigh(v, user, self.decider is not None)
         if self.decider is not None and candidates:
-            p = self.decider.probabilities(self.features(v, words))
+            p = self.decider.probabilities(features)
             candidates = [dataclasses.replace(c, probability=float(q)) for c, q in zip(candidates, p)]
             candidates.sort(key=lambda c: -(c.probability or 0.0))
         else:
@@ -250,7 +262,7 @@ class Forest:
         recent = set(self._path(self.current, t.recent)) if self.current is not None else set()
         if self.decider is not None:
             placement = decide_learned(candidates, current_tree, recent, t, self.decider.threshold,
-                                       self.decider.return_similarity)
+                                       self.decider.return_similarity, announced(user))
         else:
             placement = decide(candidates, current_tree, words, recent, t)
         llm = None
@@ -259,16 +271,45 @@ class Forest:
         node = self._new_node(placement, user, assistant, node_vector)
         return Decision(placement.action, node.tree, node.id, node.parent, placement.rule, candidates, t, words, llm)
 
-    def features(self, v: np.ndarray, words: int) -> np.ndarray:
-        """The learned decider's features of the turn vector ``v`` against every tree, in tree order."""
-        turn = len(self.nodes)
-        rows = []
-        for tree in self.trees:
-            recent = [self._slot[n] for n in self._path(tree.anchor, self.thresholds.recent)]
-            is_current = self.current is not None and self.nodes[self.current].tree == tree.id
-            rows.append(tree_features(v, tree.vectors, recent, self._slot[tree.anchor], is_current,
-                                      turn - tree.last_turn, words))
-        return np.stack(rows)
+    def _weigh(self, v: np.ndarray, user: str, features: bool) -> tuple[list[Candidate], np.ndarray]:
+        """The turn (vector ``v``, text ``user``) against the shortlisted trees, in tree order: how
+        it fits each (``Candidate``), and the learned decider's features of each, one row a tree."""
+        n, n_trees = len(self.nodes), len(self.trees)
+        if not n_trees:
+            return [], np.zeros((0, 0), np.float32)
+        sims = self._vectors[:n] @ v
+        best = np.full(n_trees, -np.inf, np.float32)
+        np.maximum.at(best, self._tree_of[:n], sims)
+        short = np.argsort(-best, kind="stable")[:SHORTLIST] if n_trees > SHORTLIST else np.arange(n_trees)
+        current_tree = self.nodes[self.current].tree if self.current is not None else -1
+        chosen = sorted(set(short.tolist()) | ({current_tree} if current_tree >= 0 else set()))
+        turn_words = topic_words(user)
+        connective, anaphor = turn_cues(user)
+        candidates, base, means, anchors = [], [], [], []
+        for tree_id in chosen:
+            tree = self.trees[tree_id]
+            recent = self._path(tree.anchor, self.thresholds.recent)
+            rows = tree.rows
+            top = int(rows[int(np.argmax(sims[rows]))])
+            recent_sim = float(sims[recent].max())
+            candidates.append(Candidate(tree.id, tree.anchor, recent_sim, top, float(sims[top])))
+            mean = tree.sum / max(float(np.linalg.norm(tree.sum)), 1e-12)
+            overlap = len(turn_words & tree.words) / max(1, len(turn_words))
+            base.append((sims[tree.anchor], recent_sim, sims[top], mean @ v, np.log1p(len(rows)),
+                         np.log1p(n - tree.last_turn), np.log1p(len(turn_words)), overlap, connective, anaphor))
+            means.append(mean)
+            anchors.append(self._vectors[tree.anchor])
+        if not features:
+            return candidates, np.zeros((len(chosen), 0), np.float32)
+        is_current = np.array([tree_id == current_tree for tree_id in chosen])
+        return candidates, tree_features(v, np.array(base, np.float32), is_current, np.array(means, np.float32),
+                                         np.array(anchors, np.float32))
+
+    def features(self, v: np.ndarray, user: str) -> tuple[list[int], np.ndarray]:
+        """The shortlisted trees (ids) and the learned decider's features of the turn (vector ``v``,
+        text ``user``) against each, one row a tree."""
+        candidates, x = self._weigh(v, user, features=True)
+        return [c.tree for c in candidates], x
 
     def force(self, user: str, assistant: str | None, vector: np.ndarray, tree: int | None) -> Node:
         """Place a turn in ``tree`` at its anchor (None: a new tree), whatever a decider would say:
@@ -279,12 +320,6 @@ class Forest:
             current = None if self.current is None else self.nodes[self.current].tree
             placement = Placement("continue" if tree == current else "switch", tree, self.trees[tree].anchor, "given")
         return self._new_node(placement, user, assistant, vector)
-
-    def _candidate(self, tree: _Tree, v: np.ndarray) -> Candidate:
-        sims = tree.vectors @ v
-        anchor = max(float(sims[self._slot[n]]) for n in self._path(tree.anchor, self.thresholds.recent))
-        best = int(np.argmax(sims))
-        return Candidate(tree.id, tree.anchor, anchor, tree.node_ids[best], float(sims[best]))
 
     def _path(self, node_id: int | None, limit: int | None = None) -> list[int]:
         """Node ids from ``node_id`` up towards its root, newest first (at most ``limit``)."""
@@ -308,9 +343,8 @@ class Forest:
             return placement, record
         if topic is None:
             return Placement("new_topic", None, None, "the LLM judged it a new topic"), record
-        c = next(c for c in candidates if c.tree == topic)
         action = "continue" if topic == current_tree else "switch"
-        return Placement(action, topic, c.anchor, f"the LLM chose topic {topic}"), record
+        return Placement(action, topic, self.trees[topic].anchor, f"the LLM chose topic {topic}"), record
 
     def _new_node(self, placement: Placement, user: str, assistant: str | None, vector: np.ndarray) -> Node:
         turn = len(self.nodes)
@@ -330,12 +364,19 @@ class Forest:
         if parent is not None:
             self.nodes[parent].children.append(node.id)
         self.nodes.append(node)
-        self._slot.append(len(tree.node_ids))
         self._tokens.append(int(self.embedder.count_tokens(_texts(node)).sum()))
-        tree.append(node.id, vector)
+        self._store(node, vector)
         tree.anchor, tree.last_turn = node.id, turn
         self.current = node.id
         return node
+
+    def _store(self, node: Node, vector: np.ndarray) -> None:
+        """Keep the node's vector in the forest's array and its tree's sum and words."""
+        if node.id == len(self._vectors):
+            self._vectors = np.concatenate([self._vectors, np.zeros_like(self._vectors)])
+            self._tree_of = np.concatenate([self._tree_of, np.zeros_like(self._tree_of)])
+        self._vectors[node.id], self._tree_of[node.id] = vector, node.tree
+        self.trees[node.tree].append(node.id, vector, topic_words(" ".join(_texts(node))))
 
     # -- summaries and context -----------------------------------------------------------------
 
@@ -371,61 +412,57 @@ class Forest:
         """The context for the next turn.
 
         The current topic's path from its root to the current node, verbatim, as user and
-        assistant messages (the newest turns are kept when the budget cuts), after one system
-        message listing every other topic and every branch of the current topic not on the path,
-        one line each, most recent first.
+        assistant messages, after one system message listing every other topic and every branch
+        of the current topic not on the path, one line each, most recent first. Under a budget
+        the path comes first, newest turns first; the lines take what it leaves, most recent
+        first. Each text is counted once: the cost grows with the number of lines, not its square.
         """
         if budget_tokens is not None:
             integer(budget_tokens, "budget_tokens", 1)
         if self.current is None:
             return Context([], 0, [], False)
-        count = self.embedder.count_tokens
+        budget = budget_tokens if budget_tokens is not None else sys.maxsize
         path = self._path(self.current)  # newest first
-        on_path = set(path)
-        cur = self.nodes[self.current]
-        lines = []
-        for tree in sorted(self.trees, key=lambda tr: -tr.last_turn):
-            if tree.id != cur.tree:
-                lines.append(f"- topic {tree.id}: {self._tree_line(tree)}")
-        leaves = [n for n in self.trees[cur.tree].node_ids if not self.nodes[n].children and n not in on_path]
-        for leaf in sorted(leaves, reverse=True):
-            lines.append(f"- branch of this topic: {self.nodes[leaf].summary}")
-        header = "Earlier topics and branches of this conversation, most recent first:\n"
-        used, cut = 0, False
+        costs = np.cumsum([self._tokens[n] for n in path])
+        keep = int(np.searchsorted(costs, budget, side="right"))
+        turns = path[:keep][::-1]
+        used = int(costs[keep - 1]) if keep else 0
+        lines = self._topic_lines(set(path))
         system: list[dict[str, str]] = []
+        shown = 0
         if lines:
-            while lines:
-                content = header + "\n".join(lines)
+            count = self.embedder.count_tokens
+            line_costs = np.cumsum(count([_HEADER, *lines]))  # the header, then each line
+            shown = int(np.searchsorted(line_costs[1:], budget - used, side="right"))
+            while shown:  # a joined text may count a token more or less than its parts: check it
+                content = _HEADER + "\n".join(lines[:shown])
                 cost = int(count([content])[0])
-                if budget_tokens is None or cost <= budget_tokens:
-                    system, used = [{"role": "system", "content": content}], cost
+                if used + cost <= budget:
+                    system, used = [{"role": "system", "content": content}], used + cost
                     break
-                lines.pop()
-                cut = True
-        kept: list[list[dict[str, str]]] = []
-        turns = []
-        for node_id in path:
-            n = self.nodes[node_id]
-            msgs = [{"role": "user", "content": n.user}]
-            if n.assistant:
-                msgs.append({"role": "assistant", "content": n.assistant})
-            cost = self._tokens[node_id]
-            if budget_tokens is not None and used + cost > budget_tokens:
-                cut = True
-                break
-            kept.append(msgs)
-            turns.append(node_id)
-            used += cost
-        messages = system + [m for msgs in reversed(kept) for m in msgs]
-        return Context(messages, used, turns[::-1], cut)
+                shown -= 1
+        messages = system + [m for n in turns for m in self._messages(n)]
+        return Context(messages, used, turns, keep < len(path) or shown < len(lines))
+
+    def _topic_lines(self, on_path: set[int]) -> list[str]:
+        """One line per other topic, most recently visited first, then one per branch of the
+        current topic that is not on the path, newest first."""
+        cur = self.nodes[self.current].tree if self.current is not None else -1
+        lines = [f"- topic {tree.id}: {self._tree_line(tree)}"
+                 for tree in sorted(self.trees, key=lambda tr: -tr.last_turn) if tree.id != cur]
+        leaves = [n for n in self.trees[cur].node_ids if not self.nodes[n].children and n not in on_path]
+        return lines + [f"- branch of this topic: {self.nodes[leaf].summary}" for leaf in sorted(leaves, reverse=True)]
+
+    def _messages(self, node_id: int) -> list[dict[str, str]]:
+        n = self.nodes[node_id]
+        return [{"role": "user", "content": n.user}] + ([{"role": "assistant", "content": n.assistant}]
+                                                          if n.assistant else [])
 
     # -- what it holds, saved and loaded -------------------------------------------------------
 
     def to_dict(self) -> dict[str, Any]:
         """The forest as JSON-ready data, vectors included (base64 float32, node order)."""
-        vectors = np.zeros((len(self.nodes), self.embedder.dim), np.float32)
-        for tree in self.trees:
-            vectors[tree.node_ids] = tree.vectors
+        vectors = self._vectors[:len(self.nodes)]
         return {"format": FORMAT, "version": VERSION, "model": self.embedder.model_id, "current": self.current,
                 "thresholds": asdict(self.thresholds), "summary_tokens": self.summary_tokens,
                 "trees": [{"id": t.id, "anchor": t.anchor, "last_turn": t.last_turn, "branches": t.branches,
@@ -469,15 +506,14 @@ class Forest:
             forest.nodes = [Node(**n) for n in data["nodes"]]
             raw = base64.b64decode(data["vectors"], validate=True)
             vectors = np.frombuffer(raw, dtype="<f4").reshape(len(forest.nodes), forest.embedder.dim)
-            for t in data["trees"]:
-                tree = _Tree(t["id"], forest.embedder.dim)
-                for n in t["nodes"]:
-                    tree.append(n, vectors[n])
+            forest.trees = [_Tree(i, forest.embedder.dim) for i in range(len(data["trees"]))]
+            for node in forest.nodes:
+                forest._store(node, vectors[node.id])
+            for tree, t in zip(forest.trees, data["trees"]):
+                if t["nodes"] != tree.node_ids:
+                    raise ForestFileError(f"tree {tree.id}'s nodes {t['nodes']} are not those whose tree it is")
                 tree.anchor, tree.last_turn, tree.branches = t["anchor"], t["last_turn"], t["branches"]
-                forest.trees.append(tree)
             forest.current = data["current"]
-            slots = {n: i for t in forest.trees for i, n in enumerate(t.node_ids)}
-            forest._slot = [slots[i] for i in range(len(forest.nodes))]
             texts = [_texts(n) for n in forest.nodes]
             counts = forest.embedder.count_tokens([t for pair in texts for t in pair]).tolist()
             ends = np.cumsum([len(pair) for pair in texts]).tolist()

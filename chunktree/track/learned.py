@@ -3,11 +3,13 @@
 For every tree, features of the new turn's vector ``v`` against it: the similarity to the tree's
 anchor (the current node for the current tree, else where it was left), the highest similarity
 to the recent path ending there, to any node and to the tree's mean; the tree's size, how many
-turns ago it was last visited, the turn's content words; each of these again times "this is the
-current tree"; and ``v`` times the tree's mean and times its anchor, element by element (a
-similarity whose dimensions the model weighs). A logistic regression maps them to the
-probability that the turn is of that tree's topic. The forest then takes the most probable tree,
-or a new topic when no tree reaches ``threshold`` (``Forest``).
+turns ago it was last visited, the turn's content words and the share of them the tree already
+holds, whether the turn opens with a connective ("and", "what about") or refers back with a
+pronoun; each of these again times "this is the current tree"; and ``v`` times the tree's mean
+and times its anchor, element by element (a similarity whose dimensions the model weighs). A
+logistic regression maps them to the probability that the turn is of that tree's topic. The
+forest then takes the most probable tree, or a new topic when no tree reaches ``threshold``
+(``Forest``, ``decide.decide_learned``).
 
 ``fit`` learns the weights from dialogues with a topic per turn, by placing every turn where its
 gold topic says (teacher forcing) and recording each tree's features and whether it was the right
@@ -30,9 +32,9 @@ import numpy as np
 
 from chunktree.checks import ChunktreeError, InvalidValueError, number
 
-FEATURES_VERSION = 1
+FEATURES_VERSION = 2
 BASE_FEATURES = ("anchor_similarity", "recent_similarity", "best_similarity", "mean_similarity", "log_tree_size",
-                 "log_turns_since", "log_content_words")
+                 "log_turns_since", "log_content_words", "word_overlap", "opens_with_connective", "refers_back")
 DEFAULT_L2 = 30.0
 DEFAULT_THRESHOLD = 0.5
 
@@ -41,17 +43,18 @@ class DeciderFileError(ChunktreeError, ValueError):
     """A decider file cannot be read."""
 
 
-def tree_features(v: np.ndarray, vectors: np.ndarray, recent_rows: list[int], anchor_row: int, is_current: bool,
-                  turns_since: int, words: int) -> np.ndarray:
-    """The features of the turn vector ``v`` against one tree (``vectors``: its node vectors;
-    ``recent_rows``: the rows of the recent path that ends at its anchor, ``anchor_row`` first)."""
-    sims = vectors @ v
-    mean = vectors.mean(axis=0)
-    mean /= max(float(np.linalg.norm(mean)), 1e-12)
-    base = np.array([sims[anchor_row], sims[recent_rows].max(), sims.max(), mean @ v, np.log1p(len(vectors)),
-                     np.log1p(turns_since), np.log1p(words)], np.float32)
-    current = np.float32(is_current)
-    return np.concatenate([[1.0, current], base, current * base, v * mean, v * vectors[anchor_row]]).astype(np.float32)
+def tree_features(v: np.ndarray, base: np.ndarray, is_current: np.ndarray, means: np.ndarray,
+                  anchors: np.ndarray) -> np.ndarray:
+    """The features of the turn vector ``v`` against T trees, one row a tree: ``base`` (T x
+    ``len(BASE_FEATURES)``), ``is_current`` (T), the trees' unit mean vectors and anchor vectors
+    (T x dim)."""
+    current = is_current.astype(np.float32)[:, None]
+    return np.hstack([np.ones_like(current), current, base, current * base, v * means, v * anchors]).astype(np.float32)
+
+
+def n_features(dim: int) -> int:
+    """The length of a ``tree_features`` row for ``dim``-dimensional vectors."""
+    return 2 + 2 * len(BASE_FEATURES) + 2 * dim
 
 
 @dataclass(frozen=True)
@@ -113,10 +116,9 @@ class LearnedDecider:
 
     def check(self, dim: int) -> None:
         """Refuse a decider fitted on vectors of another dimension."""
-        want = 2 + 2 * len(BASE_FEATURES) + 2 * dim
-        if self.weights.shape[0] != want:
-            raise InvalidValueError(f"the decider expects {(self.weights.shape[0] - 16) // 2}-dimensional vectors; "
-                                    f"the embedder makes {dim}")
+        if self.weights.shape[0] != n_features(dim):
+            raise InvalidValueError(f"the decider expects {(self.weights.shape[0] - n_features(0)) // 2}-dimensional "
+                                    f"vectors; the embedder makes {dim}")
 
 
 @functools.lru_cache(maxsize=1)
@@ -125,9 +127,11 @@ def default_decider() -> LearnedDecider:
     return LearnedDecider.load(Path(str(resources.files("chunktree") / "data" / "track_decider.npz")))
 
 
-def fit_weights(x: np.ndarray, y: np.ndarray, l2: float = DEFAULT_L2) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """L2-regularised logistic regression on standardised features (L-BFGS); the constant column
-    (the first) is left unscaled and unpenalised."""
+def fit_weights(x: np.ndarray, y: np.ndarray, l2: float = DEFAULT_L2,
+                weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """L2-regularised logistic regression on standardised features (L-BFGS), each row weighted by
+    ``weights`` (default 1; they are scaled to a mean of 1); the constant column (the first) is
+    left unscaled and unpenalised."""
     from scipy.optimize import minimize
 
     number(l2, "l2", 0.0)
@@ -135,14 +139,15 @@ def fit_weights(x: np.ndarray, y: np.ndarray, l2: float = DEFAULT_L2) -> tuple[n
     mean[0], scale[0] = 0.0, 1.0
     z = ((x - mean) / scale).astype(np.float64)
     yy = y.astype(np.float64)
+    r = np.ones(len(yy)) if weights is None else np.asarray(weights, np.float64) / np.mean(weights)
     penalty = np.ones(z.shape[1])
     penalty[0] = 0.0
 
     def loss(w: np.ndarray) -> tuple[float, np.ndarray]:
         s = z @ w
         p = 1.0 / (1.0 + np.exp(-np.clip(s, -60, 60)))
-        value = float(np.mean(np.logaddexp(0.0, s) - yy * s) + 0.5 * l2 * np.sum(penalty * w * w) / len(yy))
-        return value, z.T @ (p - yy) / len(yy) + l2 * penalty * w / len(yy)
+        value = float(np.mean(r * (np.logaddexp(0.0, s) - yy * s)) + 0.5 * l2 * np.sum(penalty * w * w) / len(yy))
+        return value, z.T @ (r * (p - yy)) / len(yy) + l2 * penalty * w / len(yy)
 
     w = minimize(loss, np.zeros(z.shape[1]), jac=True, method="L-BFGS-B", options={"maxiter": 1000}).x
     return w, mean, scale
@@ -150,17 +155,18 @@ def fit_weights(x: np.ndarray, y: np.ndarray, l2: float = DEFAULT_L2) -> tuple[n
 
 @dataclass(frozen=True)
 class LabelledDialogue:
-    """A dialogue with a gold topic per turn: ``turns`` of (user, assistant or None, topic)."""
+    """A dialogue with a gold topic per turn: ``turns`` of (user, assistant or None, topic);
+    ``source`` names where it came from (``fit`` gives every source the same weight)."""
 
     id: str
     turns: list[tuple[str, str | None, str]]
+    source: str = ""
 
 
 def teacher_forced(dialogue: LabelledDialogue, user_vectors: np.ndarray, node_vectors: np.ndarray,
                    embedder: Any) -> tuple[np.ndarray, np.ndarray]:
     """Every turn placed where its gold topic says; for each turn after the first, each tree's
     features and whether it is the turn's topic."""
-    from chunktree.track.decide import content_words
     from chunktree.track.forest import Forest
 
     forest = Forest(embedder, decider="thresholds")
@@ -169,11 +175,12 @@ def teacher_forced(dialogue: LabelledDialogue, user_vectors: np.ndarray, node_ve
     for i, (user, assistant, topic) in enumerate(dialogue.turns):
         gold = tree_of.get(topic)
         if forest.trees:
-            rows.append(forest.features(user_vectors[i], content_words(user)))
-            labels.append(np.array([tree.id == gold for tree in forest.trees], np.float32))
+            ids, x = forest.features(user_vectors[i], user)
+            rows.append(x)
+            labels.append(np.array([tree == gold for tree in ids], np.float32))
         tree_of[topic] = forest.force(user, assistant, node_vectors[i], gold).tree
     if not rows:
-        return np.zeros((0, 2 + 2 * len(BASE_FEATURES) + 2 * embedder.dim), np.float32), np.zeros(0, np.float32)
+        return np.zeros((0, n_features(embedder.dim)), np.float32), np.zeros(0, np.float32)
     return np.concatenate(rows), np.concatenate(labels)
 
 
@@ -226,8 +233,8 @@ def choose_return_similarity(decider: LearnedDecider, dialogues: list[LabelledDi
         for d, (u, nv) in chosen:
             ids = {topic: i for i, topic in enumerate(dict.fromkeys(t[2] for t in d.turns))}
             turns = [Turn(user, assistant or "", ids[topic]) for user, assistant, topic in d.turns]
-            trees, _ = run_forest(turns, u, nv, embedder, Thresholds(), with_context=False, decider=candidate)
-            m = score_dialogue(turns, trees, [([], 0)] * len(turns), u, np.ones(len(turns)))
+            trees, _ = run_forest(turns, u, nv, embedder, Thresholds(), decider=candidate)
+            m = score_dialogue(turns, trees)
             f1.append(m["boundary_f1"])
             acc.append(m["return_accuracy"])
         rows.append({"return_similarity": value, "boundary_f1": float(np.mean(f1)),
@@ -250,26 +257,28 @@ def fit(dialogues: list[LabelledDialogue], embedder: Any, cache: Any = None, *, 
     y = np.concatenate([p[1] for p in pairs])
     if y.size == 0 or y.min() == y.max():
         raise InvalidValueError("the dialogues hold no topic change (or nothing but changes): nothing to learn")
-    w, mean, scale = fit_weights(x, y, l2)
+    sources = np.concatenate([np.full(len(p[1]), d.source, dtype=object) for d, p in zip(dialogues, pairs)])
+    counts = {s: int((sources == s).sum()) for s in set(sources.tolist())}
+    w, mean, scale = fit_weights(x, y, l2, np.array([1.0 / counts[s] for s in sources]))
     decider = LearnedDecider(w, mean, scale, threshold)
     back, grid = choose_return_similarity(decider, dialogues, vectors, embedder)
-    made = {"pairs": len(y), "positives": int(y.sum()), "dialogues": len(dialogues), "l2": l2,
+    made = {"pairs": len(y), "positives": int(y.sum()), "dialogues": len(dialogues), "pairs_by_source": counts, "l2": l2,
             "threshold": threshold, "return_similarity": back, "return_grid": grid, "model": embedder.model_id,
             "fit_seconds": round(time.perf_counter() - t0, 1)}
     return LearnedDecider(w, mean, scale, threshold, back, {**made, **(info or {})})
 
 
-def load_labelled(path: str | Path, *, coqa_dialogues: int = 60, coqa_length: int = 40,
+def load_labelled(path: str | Path, *, stitched: int = 60, length: int = 40,
                   seed: int = 0) -> list[LabelledDialogue]:
     """Dialogues with a topic per turn, from any of:
 
     - a segmentation file (``segmentation.load_segmentation``): each segment its own topic;
-    - a CoQA JSON file: ``coqa_dialogues`` dialogues of ``coqa_length`` turns stitched from the
+    - a CoQA or SQuAD JSON file: ``stitched`` dialogues of ``length`` turns stitched from the
       first half of its stories, with returns (``evaluate.stitch``; the evaluation uses the second);
     - a JSONL file: one turn a line, ``user``, ``topic`` (any string or number: turns with equal
       topics are of one topic), optional ``assistant`` and ``conversation``.
     """
-    from chunktree.track.evaluate import load_coqa, stitch
+    from chunktree.track.evaluate import load_stories, stitch
     from chunktree.track.segmentation import is_segmentation_file, load_segmentation
 
     path = Path(path)
@@ -281,19 +290,20 @@ def load_labelled(path: str | Path, *, coqa_dialogues: int = 60, coqa_length: in
         raise InvalidValueError(f"{path}: not a JSON file ({type(exc).__name__}: {exc})") from None
     if is_segmentation_file(data):
         return [LabelledDialogue(d.id, [(u, None, f"segment {j}") for u, j in
-                                        zip(d.utterances, np.repeat(np.arange(len(d.segments)), d.segments))])
+                                        zip(d.utterances, np.repeat(np.arange(len(d.segments)), d.segments))], path.name)
                 for d in load_segmentation(path)]
     if isinstance(data, dict) and "data" in data:
-        stories = load_coqa(path)
+        stories = load_stories(path)
         half = stories[:len(stories) // 2]
-        return [LabelledDialogue(f"coqa {i}", [(t.user, t.assistant, f"story {t.story}")
-                                               for t in stitch(half, coqa_length, seed * 1000 + i)])
-                for i in range(coqa_dialogues)]
-    raise InvalidValueError(f"{path}: not a segmentation file, a CoQA file or a JSONL file of turns with topics")
+        return [LabelledDialogue(f"{path.stem} {i}", [(t.user, t.assistant, f"story {t.story}")
+                                                      for t in stitch(half, length, seed * 1000 + i)], path.name)
+                for i in range(stitched)]
+    raise InvalidValueError(f"{path}: not a segmentation file, a CoQA or SQuAD file or a JSONL file of turns with "
+                            f"topics")
 
 
 def _load_jsonl(path: Path) -> list[LabelledDialogue]:
     from chunktree.track.forest import read_dialogue
 
-    return [LabelledDialogue(name, [(user, assistant, str(topic)) for user, assistant, topic in turns])
+    return [LabelledDialogue(name, [(user, assistant, str(topic)) for user, assistant, topic in turns], path.name)
             for name, turns in read_dialogue(path, topics=True).items()]

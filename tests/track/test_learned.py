@@ -9,7 +9,14 @@ import pytest
 
 from chunktree.apps.cli import main
 from chunktree.track import Forest
-from chunktree.track.learned import DeciderFileError, LearnedDecider, default_decider, fit_weights, load_labelled
+from chunktree.track.learned import (
+    DeciderFileError,
+    LearnedDecider,
+    default_decider,
+    fit_weights,
+    load_labelled,
+    n_features,
+)
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "dialogue.jsonl"
 
@@ -47,7 +54,7 @@ def test_a_decider_file_round_trips_and_a_bad_one_is_refused(tmp_path):
         LearnedDecider.load(tmp_path / "junk.npz")
     with pytest.raises(ValueError, match=r"decider must be None .* got 3"):
         Forest(decider=3)
-    small = LearnedDecider(np.zeros(2 + 14 + 2 * 8), np.zeros(32), np.ones(32))
+    small = LearnedDecider(np.zeros(n_features(8)), np.zeros(n_features(8)), np.ones(n_features(8)))
     with pytest.raises(ValueError, match="the decider expects 8-dimensional vectors; the embedder makes 384"):
         Forest(decider=small)
 
@@ -90,3 +97,39 @@ def test_eval_track_reads_a_segmentation_file(tmp_path, capsys):
     report = json.loads(out.read_text())
     assert set(report["methods"]) == {"forest", "thresholds", "random", "even"}
     assert report["methods"]["even"]["pk"]["mean"] == 0.0  # told two segments of three: exactly right
+
+
+def test_announced_changes_and_returns():
+    from chunktree.track.decide import announced
+
+    assert announced("Switching gears: how do volcanoes form?") == "switch"
+    assert announced("Different question: what is a pod?") == "switch"
+    assert announced("By the way, which flour is best?") == "switch"
+    assert announced("Back to the bread: how long should it proof?") == "return"
+    assert announced("Going back to my bike, what chain do I need?") == "return"
+    assert announced("How do I go back to an older commit?") is None  # not at the start: a question about "back"
+    assert announced("What is the difference between a pod and a node?") is None
+
+
+def test_the_learned_rule_obeys_an_announcement():
+    from chunktree.track.decide import Candidate, Thresholds, decide_learned
+
+    current = Candidate(0, 5, 0.6, 5, 0.6, probability=0.9)
+    other = Candidate(1, 2, 0.1, 2, 0.1, probability=0.2)
+    t = Thresholds()
+    assert decide_learned([current, other], 0, {5}, t, 0.5, 0.15).tree == 0
+    assert decide_learned([current, other], 0, {5}, t, 0.5, 0.15, "switch").action == "new_topic"
+    back = decide_learned([current, other], 0, {5}, t, 0.5, 0.15, "return")
+    assert (back.action, back.tree, back.parent) == ("switch", 1, 2)
+    likely = Candidate(1, 2, 0.5, 2, 0.5, probability=0.7)
+    assert decide_learned([current, likely], 0, {5}, t, 0.5, 0.15, "switch").tree == 1
+
+
+def test_turn_cues_and_topic_words():
+    from chunktree.track.decide import topic_words, turn_cues
+
+    assert turn_cues("And how many stretch and folds?") == (1.0, 0.0)
+    assert turn_cues("What about the crust of it?") == (1.0, 1.0)
+    assert turn_cues("Is the chain worn out?") == (0.0, 0.0)
+    assert topic_words("How many stretch and folds? One fold.") == {"stretch", "fold"}
+    assert topic_words("A glass of water") == {"glass", "water"}  # "glass" keeps its s

@@ -143,12 +143,10 @@ def test_stitched_dialogues_interleave_and_keep_each_story_in_order():
 
 def test_metrics_on_hand_made_segmentations():
     turns = [Turn("q", "a", s) for s in [0, 0, 0, 1, 1, 0, 0, 2, 2, 1]]
-    v = np.eye(10, dtype=np.float32)
-    tokens = np.ones(10, dtype=np.int64)
-    perfect = score_dialogue(turns, [0, 0, 0, 1, 1, 0, 0, 2, 2, 1], [([], 1)] * 10, v, tokens)
+    perfect = score_dialogue(turns, [0, 0, 0, 1, 1, 0, 0, 2, 2, 1])
     assert perfect["boundary_f1"] == 1.0 and perfect["pk"] == 0 and perfect["windowdiff"] == 0
     assert perfect["return_accuracy"] == 1.0 and perfect["assignment"] == 1.0
-    one_tree = score_dialogue(turns, [0] * 10, [([], 1)] * 10, v, tokens)
+    one_tree = score_dialogue(turns, [0] * 10)
     assert one_tree["boundary_recall"] == 0 and one_tree["return_accuracy"] == 1.0
     assert one_tree["assignment"] == 0.5  # the one tree maps to story 0, which holds 5 of the 10 turns
     # By hand: segments start at turns 3, 5, 7 and 9; with k = 1 the 9 neighbouring pairs are
@@ -174,3 +172,75 @@ def test_an_llm_summariser_and_its_fallback(embedder):
         plain.add(*WHALES[0])
         assert failing.nodes[0].summary == plain.nodes[0].summary  # the extractive one
         assert len(failing.summary_fallbacks) == 1 and "turn 0: LLMError" in failing.summary_fallbacks[0]
+
+
+def test_the_shortlist_weighs_the_best_fitting_trees_as_a_brute_force_scan_does(embedder):
+    from chunktree.track.forest import SHORTLIST
+
+    rng = np.random.default_rng(0)
+    dim, n_topics = embedder.dim, SHORTLIST + 9
+    f = Forest(embedder, decider="thresholds")
+    for i in range(n_topics):  # orthogonal turns: each opens a topic
+        v = np.zeros(dim, np.float32)
+        v[i] = 1.0
+        assert f._place(f"an entirely distinct subject, number {i}", None, v, v).action == "new_topic"
+    for _ in range(5):
+        v = rng.normal(size=dim).astype(np.float32)
+        v /= np.linalg.norm(v)
+        candidates, _ = f._weigh(v, "a question", features=False)
+        scan = [float(v[i]) for i in range(n_topics)]  # each tree's one node is e_i
+        top = sorted(np.argsort(scan)[::-1][:SHORTLIST].tolist() + [n_topics - 1])
+        assert [c.tree for c in candidates] == sorted(set(top))
+        assert all(abs(c.best_similarity - scan[c.tree]) < 1e-5 for c in candidates)
+    ids, x = f.features(v, "a question")
+    assert len(ids) == len(candidates) and x.shape[0] == len(ids)
+
+
+TOPICS = {"sourdough": ["How long should sourdough rise?", "Which flour gives the best crust?",
+                         "When do I add the salt?", "How hot should the oven be?"],
+          "whales": ["How did whalers find sperm whales?", "What was a harpoon made of?",
+                     "How big was the Pequod?", "Who steered the whaleboat?"],
+          "volcanoes": ["Why do volcanoes erupt?", "What is magma made of?", "Which volcano is the tallest?",
+                        "Can scientists predict eruptions?"],
+          "bicycles": ["Why does my bike chain slip?", "How often should I oil the chain?",
+                       "What tyre pressure suits a road bike?", "How do I true a wheel?"],
+          "tea": ["How hot should the water be for green tea?", "How long should black tea steep?",
+                  "Does milk change the taste of tea?", "Where is oolong grown?"]}
+
+
+def squad_file(path):
+    data = {"data": [{"title": title, "paragraphs": [{"context": "...", "qas": [
+        {"question": q, "id": f"{title}{i}", "answers": [{"text": "an answer", "answer_start": 0}]}
+        for i, q in enumerate(questions)]}]} for title, questions in TOPICS.items()] * 2}
+    path.write_text(json.dumps(data))
+    return path
+
+
+def test_squad_and_coqa_files_give_stories(tmp_path):
+    from chunktree.checks import InvalidValueError
+    from chunktree.track.evaluate import load_stories
+
+    stories = load_stories(squad_file(tmp_path / "squad.json"))
+    assert len(stories) == 10 and stories[0][0] == ("How long should sourdough rise?", "an answer")
+    coqa = {"data": [{"questions": [{"turn_id": 1, "input_text": "Who?"}, {"turn_id": 2, "input_text": "Where?"}],
+                      "answers": [{"turn_id": 1, "input_text": "Ann"}, {"turn_id": 2, "input_text": None}]}] * 4}
+    (tmp_path / "coqa.json").write_text(json.dumps(coqa))
+    assert load_stories(tmp_path / "coqa.json")[0] == [("Who?", "Ann"), ("Where?", "")]  # a null answer: none
+    (tmp_path / "few.json").write_text(json.dumps({"data": coqa["data"][:2]}))
+    with pytest.raises(InvalidValueError, match="2 stories of two or more questions; stitching needs at least 4"):
+        load_stories(tmp_path / "few.json")
+
+
+def test_the_context_frontier_keeps_every_method_within_its_budget(embedder, tmp_path):
+    from chunktree.track.evaluate import evaluate
+
+    report = evaluate(squad_file(tmp_path / "squad.json"), embedder=embedder, dialogues=2, lengths=(14,),
+                      decider="thresholds")
+    m = {key: value["mean"] for key, value in report["by_length"][14].items()}
+    for share in (25, 50, 75):
+        for method in ("forest", "last_n", "top_k"):
+            assert m[f"{method}_at_{share}_tokens"] <= share / 100 + 1e-9
+            assert 0.0 <= m[f"{method}_at_{share}_recall"] <= 1.0
+    assert m["full_recall"] == 1.0 and m["full_tokens"] == 1.0
+    assert m["forest_at_last_n_tokens"] <= m["last_n_tokens"] + 1e-9
+    assert m["forest_at_25_recall"] <= m["forest_at_75_recall"] + 1e-9
