@@ -100,11 +100,23 @@ def one_of(value: Any, name: str, allowed: Collection[Any]) -> Any:
 
 
 def text(value: Any, name: str, *, allow_empty: bool = False) -> str:
-    """``value`` as a string; blank strings are refused unless ``allow_empty``."""
+    """``value`` as a string; blank strings are refused unless ``allow_empty``, and so is a string
+    that is not valid Unicode (``unicode``)."""
     if not isinstance(value, str):
         raise InvalidTypeError(f"{name} must be a string; got {type(value).__name__}")
     if not allow_empty and not value.strip():
         raise InvalidValueError(f"{name} must not be empty or whitespace; got {value!r}")
+    return unicode(value, name)
+
+
+def unicode(value: str, name: str) -> str:
+    """``value``, refused when it holds a lone surrogate (``"\\ud800"``, from a JSON escape or a
+    bad decode): such a string cannot be written as UTF-8, so no tokenizer can take it."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as exc:
+        raise InvalidValueError(f"{name} is not valid Unicode: a lone surrogate {value[exc.start]!r} at character "
+                                f"{exc.start} ({value[max(0, exc.start - 20):exc.start]!r} before it)") from None
     return value
 
 

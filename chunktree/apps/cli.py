@@ -233,7 +233,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--budget-tokens", type=int, default=None,
                    help="print the context the last turn of each conversation would get, within N tokens")
     p.add_argument("--save", type=Path, default=None, metavar="FOLDER",
-                   help="write each conversation's forest to FOLDER/<conversation>.json")
+                   help="write each conversation's forest to FOLDER/<conversation>.json (a conversation id: "
+                        "1-64 letters, digits, '-' or '_')")
     p.add_argument("--llm-base-url", default=None,
                    help="ask this OpenAI-compatible server which topic an uncertain turn belongs to")
     p.add_argument("--llm-model", default=None, help="the judge's model name")
@@ -667,13 +668,14 @@ def cmd_eval_order(args: argparse.Namespace) -> int:
 
 def cmd_track(args: argparse.Namespace) -> int:
     from chunktree.track import Forest
-    from chunktree.track.forest import read_dialogue
+    from chunktree.track.forest import conversation_file, read_dialogue
 
     if args.budget_tokens is not None and args.budget_tokens < 1:
         raise InvalidValueError(f"--budget-tokens must be >= 1; got {args.budget_tokens}")
     conversations = read_dialogue(args.dialogue)
-    if args.save is not None:
-        _check_output_folder(args.save / "x.json")
+    if args.save is not None:  # every file name checked before any work
+        files = {name: conversation_file(args.save, name) for name in conversations}
+        _check_output_folder(args.save / "x.json", "--save")
     llm = None
     if args.llm_base_url or args.llm_model:
         from chunktree.engine.read import ChatClient
@@ -696,7 +698,7 @@ def cmd_track(args: argparse.Namespace) -> int:
                       f"{'; fit ' + fits if fits else ''}){' [LLM asked]' if d.llm else ''}")
         context = forest.context(args.budget_tokens) if args.budget_tokens is not None else None
         if args.save is not None:
-            forest.save(args.save / f"{name}.json")
+            forest.save(files[name])
         if args.format == "text":
             print(forest.show())
             if context is not None:

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from chunktree.checks import InvalidValueError, positive_int
+from chunktree.checks import InvalidValueError, positive_int, unicode
 from chunktree.engine.cache import EmbeddingCache
 from chunktree.models.embedder import Embedder
 from chunktree.progress import progress as progress_counter
@@ -67,6 +67,8 @@ def embed_texts(
     """
     positive_int(commit_every, "commit_every")
     texts = list(texts)
+    for i, t in enumerate(texts):  # before the cache hashes them or anything is embedded
+        unicode(t, f"texts[{i}]")
     if out is not None and (getattr(out, "shape", None) != (len(texts), embedder.dim) or out.dtype != np.float32
                             or not out.flags.writeable):
         raise InvalidValueError(f"out must be a writable float32 array of shape ({len(texts)}, {embedder.dim}); "

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from chunktree.checks import InvalidTypeError, InvalidValueError, positive_int
+from chunktree.checks import InvalidTypeError, InvalidValueError, positive_int, unicode
 from chunktree.models import backends, onnx_file, quantize, registry
 from chunktree.progress import tracked
 
@@ -174,6 +174,7 @@ class Embedder:
         for i, t in enumerate(texts):
             if not isinstance(t, str):
                 raise InvalidTypeError(f"texts[{i}] must be str; got {type(t).__name__}")
+            unicode(t, f"texts[{i}]")
         batch_size = self.batch_size if batch_size is None else positive_int(batch_size, "batch_size")
         batch_tokens = self.batch_tokens if batch_tokens is None else positive_int(batch_tokens, "batch_tokens")
         if self.windows_alone:

@@ -110,14 +110,104 @@ def read_dialogue(path: str | os.PathLike[str], *, topics: bool = False
         assistant = turn.get("assistant")
         if assistant is not None and not isinstance(assistant, str):
             raise InvalidValueError(f"{path}:{line_no}: 'assistant' must be a string; got {type(assistant).__name__}")
+        conversation = turn.get("conversation", "default")
+        if not isinstance(conversation, str):
+            raise InvalidValueError(f"{path}:{line_no}: 'conversation' must be a string (1 and \"1\" would be one "
+                                    f"conversation); got {type(conversation).__name__} {conversation!r:.40}")
         topic = turn.get("topic")
         if topics and (not isinstance(topic, (str, int)) or isinstance(topic, bool)):
             raise InvalidValueError(f"{path}:{line_no}: a turn needs a 'topic' (a string or an integer) to learn from")
-        conversations.setdefault(str(turn.get("conversation", "default")), []).append(
+        conversations.setdefault(conversation, []).append(
             (turn["user"], assistant, None if topic is None else str(topic)))
     if not conversations:
         raise InvalidValueError(f"{path}: holds no turns")
     return conversations
+
+
+CONVERSATION_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+def conversation_file(folder: str | os.PathLike[str], conversation_id: Any) -> Path:
+    """The file that keeps conversation ``conversation_id`` in ``folder``: ``<id>.json``. An id is
+    a string of 1-64 letters, digits, '-' or '_', so a name from the input can never reach
+    outside ``folder``; anything else raises ``InvalidValueError`` naming it. The CLI's
+    ``track --save`` and the service's conversations folder both name files by this."""
+    if not isinstance(conversation_id, str) or not CONVERSATION_ID.fullmatch(conversation_id):
+        raise InvalidValueError(f"a conversation id is a string of 1-64 letters, digits, '-' or '_'; "
+                                f"got {conversation_id!r:.80}")
+    return Path(folder) / f"{conversation_id}.json"
+
+
+def _int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_document(data: dict[str, Any], dim: int) -> tuple[list[Node], np.ndarray]:
+    """The nodes and vectors of a forest document, after checking everything a forest relies on:
+    each node's fields and types, ids in order, every parent an earlier node of the same tree
+    (so no cycle), children that match the parents, one root per tree and the tree's node list,
+    anchors inside their trees, ``current`` a node (None only when empty), and finite unit vectors,
+    one per node. The first bad field raises ``ForestFileError`` naming it."""
+    raw_nodes, trees = data.get("nodes"), data.get("trees")
+    if not isinstance(raw_nodes, list) or not isinstance(trees, list):
+        raise ForestFileError("nodes and trees: missing or not lists")
+    fields = {f.name for f in dataclasses.fields(Node)}
+    nodes: list[Node] = []
+    for i, n in enumerate(raw_nodes):
+        if not isinstance(n, dict) or set(n) != fields:
+            raise ForestFileError(f"nodes[{i}]: not a node (its fields must be {sorted(fields)})")
+        node = Node(**n)
+        bad = ("id" if node.id != i else "tree" if not _int(node.tree) or not 0 <= node.tree < len(trees)
+               else "parent" if node.parent is not None and (not _int(node.parent) or not 0 <= node.parent < i
+                                                             or nodes[node.parent].tree != node.tree)
+               else "turn" if not _int(node.turn) else "branch" if not _int(node.branch) or node.branch < 0
+               else "user" if not isinstance(node.user, str) else "summary" if not isinstance(node.summary, str)
+               else "assistant" if node.assistant is not None and not isinstance(node.assistant, str)
+               else "children" if not isinstance(node.children, list) else None)
+        if bad:
+            rule = {"id": f"must be {i}", "parent": "must be an earlier node of the same tree, or null",
+                    "tree": f"must be a tree id below {len(trees)}"}.get(bad, "has the wrong type")
+            raise ForestFileError(f"nodes[{i}].{bad}: {getattr(node, bad)!r:.60} {rule}")
+        nodes.append(node)
+    children: dict[int, list[int]] = {}
+    members_of: dict[int, list[int]] = {}
+    for node in nodes:
+        members_of.setdefault(node.tree, []).append(node.id)
+        if node.parent is not None:
+            children.setdefault(node.parent, []).append(node.id)
+    for node in nodes:
+        expected = children.get(node.id, [])
+        if node.children != expected:
+            raise ForestFileError(f"nodes[{node.id}].children: {node.children!r:.60}; the nodes whose parent it is "
+                                  f"are {expected!r:.60}")
+    for t_id, t in enumerate(trees):
+        members = members_of.get(t_id, [])
+        if not isinstance(t, dict) or t.get("id") != t_id:
+            raise ForestFileError(f"trees[{t_id}]: not a tree with id {t_id}")
+        if t.get("nodes") != members or not members:
+            raise ForestFileError(f"trees[{t_id}].nodes: {t.get('nodes')!r:.60}; the nodes of tree {t_id} are "
+                                  f"{members!r:.60}")
+        if sum(nodes[m].parent is None for m in members) != 1 or nodes[members[0]].parent is not None:
+            raise ForestFileError(f"trees[{t_id}]: must have exactly one root, its first node")
+        if t.get("anchor") not in members:
+            raise ForestFileError(f"trees[{t_id}].anchor: {t.get('anchor')!r:.60} is not one of its nodes")
+        if not _int(t.get("last_turn")) or not _int(t.get("branches")) or t["branches"] < 1:
+            raise ForestFileError(f"trees[{t_id}]: last_turn and branches must be integers (branches >= 1)")
+    current = data.get("current")
+    if (current is None) != (not nodes) or (current is not None and (not _int(current) or not 0 <= current < len(nodes))):
+        raise ForestFileError(f"current: {current!r:.60} must be a node id below {len(nodes)} (null only when empty)")
+    try:
+        raw = base64.b64decode(data.get("vectors", ""), validate=True)
+    except (TypeError, ValueError) as exc:
+        raise ForestFileError(f"vectors: not base64 ({exc})") from None
+    if len(raw) != 4 * dim * len(nodes):
+        raise ForestFileError(f"vectors: {len(raw)} bytes; {len(nodes)} nodes of {dim} float32 need {4 * dim * len(nodes)}")
+    vectors = np.frombuffer(raw, dtype="<f4").reshape(len(nodes), dim)
+    norms = np.linalg.norm(vectors, axis=1) if len(nodes) else np.ones(0)
+    bad_rows = np.flatnonzero(~np.isfinite(vectors).all(axis=1) | (np.abs(norms - 1) > 1e-3))
+    if bad_rows.size:
+        raise ForestFileError(f"vectors[{int(bad_rows[0])}]: not a finite unit vector (norm {norms[bad_rows[0]]:.4g})")
+    return nodes, vectors
 
 
 def _texts(node: Node) -> list[str]:
@@ -474,9 +564,14 @@ class Forest:
     def save(self, path: str | os.PathLike[str]) -> None:
         """Write the forest as JSON, atomically (a temporary file renamed into place)."""
         path = Path(path)
+        if path.is_dir():
+            raise IsADirectoryError(f"{path}: a folder, not a forest file")
         tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(dumps(self.to_dict()), encoding="utf-8")
-        os.replace(tmp, path)
+        try:
+            tmp.write_text(dumps(self.to_dict()), encoding="utf-8")
+            os.replace(tmp, path)
+        finally:
+            tmp.unlink(missing_ok=True)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], embedder: Any = None, **kwargs: Any) -> Forest:
@@ -494,36 +589,33 @@ class Forest:
 
     @classmethod
     def from_dict(cls, data: Any, embedder: Any = None, **kwargs: Any) -> Forest:
+        """A forest from ``to_dict``'s data, every field checked first (``check_document``)."""
         if not isinstance(data, dict) or data.get("format") != FORMAT:
             raise ForestFileError(f"not a {FORMAT} document")
         if data.get("version") != VERSION:
             raise ForestFileError(f"format version {data.get('version')!r}; this chunktree reads version {VERSION}")
-        forest = cls(embedder, thresholds=Thresholds(**data["thresholds"]),
-                     summary_tokens=data["summary_tokens"], **kwargs)
+        for key, kind in (("model", str), ("thresholds", dict), ("summary_tokens", int)):
+            if not isinstance(data.get(key), kind):
+                raise ForestFileError(f"{key}: missing or not a {kind.__name__} ({data.get(key)!r:.60})")
+        try:
+            thresholds = Thresholds(**data["thresholds"])
+        except (TypeError, ValueError) as exc:
+            raise ForestFileError(f"thresholds: {exc}") from None
+        forest = cls(embedder, thresholds=thresholds, summary_tokens=data["summary_tokens"], **kwargs)
         if data["model"] != forest.embedder.model_id:
             raise ForestFileError(f"its vectors come from the model {data['model']!r}, not {forest.embedder.model_id!r}")
-        try:
-            forest.nodes = [Node(**n) for n in data["nodes"]]
-            raw = base64.b64decode(data["vectors"], validate=True)
-            vectors = np.frombuffer(raw, dtype="<f4").reshape(len(forest.nodes), forest.embedder.dim)
-            forest.trees = [_Tree(i, forest.embedder.dim) for i in range(len(data["trees"]))]
-            for node in forest.nodes:
-                forest._store(node, vectors[node.id])
-            for tree, t in zip(forest.trees, data["trees"]):
-                if t["nodes"] != tree.node_ids:
-                    raise ForestFileError(f"tree {tree.id}'s nodes {t['nodes']} are not those whose tree it is")
-                tree.anchor, tree.last_turn, tree.branches = t["anchor"], t["last_turn"], t["branches"]
-            forest.current = data["current"]
-            texts = [_texts(n) for n in forest.nodes]
-            counts = forest.embedder.count_tokens([t for pair in texts for t in pair]).tolist()
-            ends = np.cumsum([len(pair) for pair in texts]).tolist()
-            forest._tokens = [int(sum(counts[end - len(pair):end])) for pair, end in zip(texts, ends)]
-        except (KeyError, TypeError, ValueError, IndexError) as exc:
-            raise ForestFileError(f"damaged forest data ({type(exc).__name__}: {exc})") from None
-        held = sorted(n for t in forest.trees for n in t.node_ids)
-        if held != list(range(len(forest.nodes))) or (forest.current is not None and
-                                                       not 0 <= forest.current < len(forest.nodes)):
-            raise ForestFileError("its trees and nodes do not match")
+        nodes, vectors = check_document(data, forest.embedder.dim)
+        forest.nodes = nodes
+        forest.trees = [_Tree(i, forest.embedder.dim) for i in range(len(data["trees"]))]
+        for node in nodes:
+            forest._store(node, vectors[node.id])
+        for tree, t in zip(forest.trees, data["trees"]):
+            tree.anchor, tree.last_turn, tree.branches = t["anchor"], t["last_turn"], t["branches"]
+        forest.current = data["current"]
+        texts = [_texts(n) for n in nodes]
+        counts = forest.embedder.count_tokens([t for pair in texts for t in pair]).tolist()
+        ends = np.cumsum([len(pair) for pair in texts]).tolist()
+        forest._tokens = [int(sum(counts[end - len(pair):end])) for pair, end in zip(texts, ends)]
         return forest
 
     def show(self) -> str:

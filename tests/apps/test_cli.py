@@ -446,3 +446,25 @@ def test_a_picture_path_that_cannot_be_written_fails_before_any_work(tmp_path, c
     for command in (["order"], ["select", "-k", "2"]):
         r = cli(*command, str(corpus), "--png", tmp_path / "a-file" / "t.png")
         assert r.returncode == 2 and "--png" in r.stderr and "cannot create the folder" in r.stderr
+
+
+@pytest.mark.parametrize("conversation", ["/tmp/elsewhere/absolute", "../../escaped", "x/y", "a" * 65, "nul\u0000id",
+                                          "", "dot.json"])
+def test_track_save_refuses_a_conversation_id_that_is_not_a_file_name(tmp_path, capsys, conversation):
+    from chunktree.apps.cli import main
+
+    path = tmp_path / "d.jsonl"
+    path.write_text(json.dumps({"user": "How long should dough rise?", "conversation": conversation}) + "\n")
+    assert main(["track", str(path), "--no-cache", "--save", str(tmp_path / "forests")]) == 2
+    assert "a conversation id is a string of 1-64 letters, digits, '-' or '_'" in capsys.readouterr().err
+    assert not (tmp_path / "forests").exists()  # refused before any folder or work
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["d.jsonl"]
+
+
+def test_track_refuses_a_conversation_that_is_not_a_string(tmp_path, capsys):
+    from chunktree.apps.cli import main
+
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"user": "a", "conversation": "1"}\n{"user": "b", "conversation": 1}\n')
+    assert main(["track", str(path), "--no-cache"]) == 2
+    assert f"{path}:2: 'conversation' must be a string" in capsys.readouterr().err

@@ -501,7 +501,7 @@ def test_conversations_place_turns_as_the_library_does(embedder):
 
 
 @pytest.mark.parametrize("path, payload, status, message", [
-    ("/v1/conversations", {"id": "../etc"}, 422, "a conversation id is 1-64 letters, digits"),
+    ("/v1/conversations", {"id": "../etc"}, 422, "a conversation id is a string of 1-64 letters, digits"),
     ("/v1/conversations/nope/turns", {"user": "hello"}, 404, "no conversation 'nope'"),
     ("/v1/conversations/t1/turns", {"user": "  "}, 422, "'user' must be a non-empty string"),
     ("/v1/conversations/t1/turns", {"user": "x" * 501}, 422, "'user' has 501 characters; the limit is max_chars=500"),
@@ -537,3 +537,113 @@ def test_conversations_are_bounded_evicted_and_kept_on_disk(embedder, tmp_path):
         assert after["turns"] == 3 and [first[0]["decision"]["action"], first[1]["decision"]["action"]] == [
             "new_topic", "continue"]
     assert sorted(p.name for p in folder.iterdir()) == ["kept.json", "other.json"]
+
+
+class SlowEmbedder:
+    """The real embedder, but a text holding ``marker`` takes ``seconds`` longer: a slow turn."""
+
+    def __init__(self, inner, marker="SLOW", seconds=1.5):
+        self.inner, self.marker, self.seconds = inner, marker, seconds
+
+    def __getattr__(self, name):
+        return getattr(self.inner, name)
+
+    def embed(self, texts, **kwargs):
+        if any(self.marker in t for t in texts):
+            time.sleep(self.seconds)
+        return self.inner.embed(texts, **kwargs)
+
+
+def test_an_evicted_conversation_read_during_its_turn_loses_nothing(embedder, tmp_path):
+    folder = tmp_path / "conversations"
+    app = create_app(SlowEmbedder(embedder), limits=Limits(max_conversations=1), conversations_dir=folder)
+    with Served(app) as s:
+        httpx.post(s.url + "/v1/conversations", json={"id": "a"})
+        slow = {}
+        worker = threading.Thread(target=lambda: slow.update(r=httpx.post(
+            s.url + "/v1/conversations/a/turns", json={"user": "SLOW: why did Ahab hunt the whale?"}, timeout=30)))
+        worker.start()
+        time.sleep(0.5)  # the turn is being embedded
+        httpx.post(s.url + "/v1/conversations", json={"id": "b"})  # evicts "a" from memory
+        read = httpx.get(s.url + "/v1/conversations/a", timeout=30)  # waits for the turn, then reads it
+        worker.join()
+        assert slow["r"].status_code == 200 and slow["r"].json()["turn"] == 0
+        assert read.status_code == 200 and read.json()["turns"] == 1
+        nxt = httpx.post(s.url + "/v1/conversations/a/turns", json={"user": "and what colour was it?"})
+        assert nxt.json()["turn"] == 1  # a new number: the acknowledged turn 0 is kept
+        assert httpx.get(s.url + "/v1/conversations/a").json()["turns"] == 2
+
+
+def test_a_failed_save_changes_nothing(embedder, tmp_path):
+    folder = tmp_path / "conversations"
+    with Served(create_app(embedder, conversations_dir=folder)) as s:
+        (folder / "n.json").mkdir()  # its file cannot be written
+        r = httpx.post(s.url + "/v1/conversations", json={"id": "n"})
+        assert r.status_code == 500 and "could not be saved" in r.json()["error"]["message"]
+        (folder / "n.json").rmdir()
+        assert httpx.post(s.url + "/v1/conversations", json={"id": "n"}).status_code == 200  # the id was not taken
+        (folder / "n.json").rename(folder / "n.bak")
+        (folder / "n.json").mkdir()
+        r = httpx.post(s.url + "/v1/conversations/n/turns", json={"user": "Why did Ahab hunt the whale?"})
+        assert r.status_code == 500 and "was not kept" in r.json()["error"]["message"]
+        (folder / "n.json").rmdir()
+        (folder / "n.bak").rename(folder / "n.json")
+        again = httpx.post(s.url + "/v1/conversations/n/turns", json={"user": "Why did Ahab hunt the whale?"})
+        assert again.status_code == 200 and again.json()["turn"] == 0  # the failed one was not applied
+        assert httpx.get(s.url + "/v1/conversations/n").json()["turns"] == 1
+
+
+def test_a_folder_that_cannot_be_written_is_refused_at_startup(embedder, tmp_path):
+    from chunktree.checks import InvalidValueError
+
+    (tmp_path / "file").write_text("")
+    with pytest.raises(InvalidValueError, match=r"conversations_dir .*file/c: cannot create it or write in it"):
+        create_app(embedder, conversations_dir=tmp_path / "file" / "c")
+
+
+def test_a_text_that_is_not_unicode_fails_only_its_own_request(service):
+    bad = b'{"input": ["fine", "bad \\ud800 text"]}'
+    results = {}
+
+    def call(i):
+        if i == 3:
+            results[i] = httpx.post(service.url + "/v1/embeddings", content=bad,
+                                    headers={"content-type": "application/json"})
+        else:
+            results[i] = httpx.post(service.url + "/v1/embeddings", json={"input": [f"good text {i}"]})
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(7)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert [results[i].status_code for i in range(7)] == [200, 200, 200, 422, 200, 200, 200]
+    error = results[3].json()["error"]
+    assert "'input[1]' is not valid Unicode: a lone surrogate '\\ud800' at character 4" in error["message"]
+    httpx.post(service.url + "/v1/conversations", json={"id": "u1"})
+    turn = httpx.post(service.url + "/v1/conversations/u1/turns", content=b'{"user": "bad \\ud800"}',
+                      headers={"content-type": "application/json"})
+    assert turn.status_code == 422 and "'user' is not valid Unicode" in turn.json()["error"]["message"]
+
+
+def test_the_lock_table_holds_only_requests_in_flight(embedder):
+    app = create_app(embedder)
+    with Served(app) as s:
+        for i in range(40):
+            httpx.get(s.url + f"/v1/conversations/missing{i}")
+            httpx.post(s.url + f"/v1/conversations/missing{i}/turns", json={"user": "hello"})
+            httpx.post(s.url + f"/v1/conversations/bad%20id{i}/turns", json={"user": "hello"})
+        service = next(c.cell_contents for c in app.router.routes[0].endpoint.__closure__
+                       if type(c.cell_contents).__name__ == "Service")
+        assert service.conversations._locks == {}
+
+
+@pytest.mark.parametrize("query, body", [("budget_tokens=%C2%B2", None), (None, b"[" * 5_000 + b"]" * 5_000)])
+def test_odd_inputs_get_4xx_not_500(service, query, body):
+    httpx.post(service.url + "/v1/conversations", json={"id": "odd"})
+    if query:
+        r = httpx.get(service.url + "/v1/conversations/odd/context?" + query)
+    else:
+        r = httpx.post(service.url + "/v1/conversations/odd/turns", content=body,
+                       headers={"content-type": "application/json"})
+    assert 400 <= r.status_code < 500, r.text

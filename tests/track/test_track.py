@@ -95,8 +95,100 @@ def test_a_forest_from_another_model_or_damaged_is_refused(embedder, forest, tmp
     with pytest.raises(ForestFileError, match=r"m.json: its vectors come from the model 'other@sha256:0'"):
         Forest.load(tmp_path / "m.json", embedder)
     (tmp_path / "v.json").write_text(json.dumps({**data, "vectors": data["vectors"][:40]}))
-    with pytest.raises(ForestFileError, match=r"v.json: damaged forest data"):
+    with pytest.raises(ForestFileError, match=r"v.json: vectors: 30 bytes; 6 nodes of 384 float32 need 9216"):
         Forest.load(tmp_path / "v.json", embedder)
+
+
+def _vectors(data, change):
+    import base64
+
+    v = np.frombuffer(base64.b64decode(data["vectors"]), "<f4").reshape(len(data["nodes"]), -1).copy()
+    change(v)
+    return base64.b64encode(v.astype("<f4").tobytes()).decode()
+
+
+def _edit(data, path, value):
+    import copy
+
+    data = copy.deepcopy(data)
+    *keys, last = path
+    target = data
+    for k in keys:
+        target = target[k]
+    if value is _DELETE:
+        del target[last]
+    else:
+        target[last] = value
+    return data
+
+
+_DELETE = object()
+
+
+@pytest.mark.parametrize("path, value, message", [
+    (("nodes", 5, "parent"), 5, r"nodes\[5\].parent: 5 must be an earlier node of the same tree"),  # a loop
+    (("nodes", 1, "parent"), -1, r"nodes\[1\].parent: -1 must be an earlier node"),
+    (("nodes", 0, "parent"), 1, r"nodes\[0\].parent: 1 must be an earlier node"),  # a two-node cycle with 1 -> 0
+    (("nodes", 3, "parent"), 2, r"nodes\[3\].parent: 2 must be an earlier node of the same tree"),
+    (("nodes", 2, "children"), [7], r"nodes\[2\].children: \[7\]; the nodes whose parent it is are \[5\]"),
+    (("nodes", 4, "id"), 9, r"nodes\[4\].id: 9 must be 4"),
+    (("nodes", 4, "tree"), 7, r"nodes\[4\].tree: 7 must be a tree id below 2"),
+    (("nodes", 4, "user"), 3, r"nodes\[4\].user: 3 has the wrong type"),
+    (("nodes", 4, "summary"), _DELETE, r"nodes\[4\]: not a node"),
+    (("trees", 0, "anchor"), 99, r"trees\[0\].anchor: 99 is not one of its nodes"),
+    (("trees", 1, "nodes"), [3], r"trees\[1\].nodes: \[3\]; the nodes of tree 1 are \[3, 4\]"),
+    (("current",), "5", r"current: '5' must be a node id below 6"),
+    (("current",), 6, r"current: 6 must be a node id below 6"),
+    (("thresholds",), _DELETE, r"thresholds: missing or not a dict"),
+    (("thresholds", "new_topic"), "high", r"thresholds: new_topic must be"),
+    (("model",), _DELETE, r"model: missing or not a str"),
+    (("vectors",), "###", r"vectors: not base64"),
+])
+def test_a_forest_file_with_bad_contents_is_refused_naming_the_field(embedder, forest, tmp_path, path, value, message):
+    f, _ = forest
+    (tmp_path / "bad.json").write_text(json.dumps(_edit(f.to_dict(), path, value)))
+    with pytest.raises(ForestFileError, match="bad.json: " + message):
+        Forest.load(tmp_path / "bad.json", embedder)
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda v: v.__setitem__((2, 0), np.nan), r"vectors\[2\]: not a finite unit vector \(norm nan\)"),
+    (lambda v: v.__setitem__(3, 0.0), r"vectors\[3\]: not a finite unit vector \(norm 0\)"),
+    (lambda v: v.__setitem__(1, v[1] * 3), r"vectors\[1\]: not a finite unit vector \(norm 3\)"),
+])
+def test_a_forest_file_with_bad_vectors_is_refused(embedder, forest, tmp_path, change, message):
+    f, _ = forest
+    data = f.to_dict()
+    (tmp_path / "bad.json").write_text(json.dumps({**data, "vectors": _vectors(data, change)}))
+    with pytest.raises(ForestFileError, match=message):
+        Forest.load(tmp_path / "bad.json", embedder)
+
+
+def test_saving_onto_a_folder_fails_and_leaves_nothing(embedder, forest, tmp_path):
+    f, _ = forest
+    (tmp_path / "f.json").mkdir()
+    with pytest.raises(IsADirectoryError):
+        f.save(tmp_path / "f.json")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.json"]  # no stray temporary file
+
+
+def test_a_budget_counts_each_line_once_however_many_topics(embedder):
+    f = Forest(embedder, decider="thresholds")
+    for i in range(300):  # orthogonal turns: 300 topics
+        v = np.zeros(embedder.dim, np.float32)
+        v[i] = 1.0
+        f._place(f"an entirely distinct subject, number {i}", "a reply about it", v, v)
+    calls = []
+    count = embedder.count_tokens
+    embedder.count_tokens = lambda texts: (calls.append(len(texts)), count(texts))[1]
+    try:
+        c = f.context(budget_tokens=60)
+    finally:
+        del embedder.count_tokens
+    assert c.tokens <= 60 and c.turns == [299] and c.cut
+    assert len(calls) <= 3 and calls[0] == 1 + 299  # the header and each line, counted together once
+    whole = f.context()
+    assert whole.messages[0]["content"].count("\n- topic ") == 299
 
 
 def test_the_llm_judge_is_asked_when_uncertain_and_its_failure_falls_back(embedder):

@@ -56,8 +56,12 @@ def create_app(embedder: Any = None, *, model: str | None = None, api_key: str |
         folder = Path(conversations_dir)
         try:
             folder.mkdir(parents=True, exist_ok=True)
+            probe = folder / ".chunktree-write-check"
+            probe.write_bytes(b"")  # a folder the server cannot write is refused at startup, not turn by turn
+            probe.unlink()
         except OSError as exc:
-            raise InvalidValueError(f"conversations_dir {folder}: cannot create it ({exc.strerror or exc})") from None
+            raise InvalidValueError(f"conversations_dir {folder}: cannot create it or write in it "
+                                    f"({exc.strerror or exc})") from None
     service = Service(embedder, model, api_key, limits or Limits(), folder)
 
     class FastJSON(JSONResponse):
@@ -104,6 +108,8 @@ def create_app(embedder: Any = None, *, model: str | None = None, api_key: str |
                 response: Response = FastJSON(result) if answered else Response(status_code=499)
             except HTTPError as exc:
                 response = JSONResponse(exc.body(), status_code=exc.status, headers=exc.headers)
+            except InvalidValueError as exc:  # the library refused an input the checks here let through
+                response = JSONResponse(HTTPError(422, str(exc)).body(), status_code=422)
             except ClientDisconnect:  # gone while its body was read
                 response = Response(status_code=499)
             except Exception:  # a bug: logged, answered 500 in the API's shape

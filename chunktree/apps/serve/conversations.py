@@ -11,18 +11,19 @@ placed one at a time.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-import re
 import uuid
 from collections import OrderedDict
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
 from chunktree.apps.serve.http import HTTPError
+from chunktree.checks import InvalidValueError
+from chunktree.track.forest import conversation_file
 
 log = logging.getLogger(__name__)
-
-_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 class Conversations:
@@ -31,24 +32,38 @@ class Conversations:
     def __init__(self, max_conversations: int, folder: Path | None, metrics: Any) -> None:
         self.max_conversations, self.folder, self._metrics = max_conversations, folder, metrics
         self._forests: OrderedDict[str, Any] = OrderedDict()
-        self._locks: dict[str, asyncio.Lock] = {}
+        self._locks: dict[str, list[Any]] = {}  # id -> [lock, requests holding or waiting for it]
 
     @staticmethod
     def check_id(conversation_id: Any) -> str:
-        if not isinstance(conversation_id, str) or not _ID.fullmatch(conversation_id):
-            raise HTTPError(422, f"a conversation id is 1-64 letters, digits, '-' or '_'; got {conversation_id!r}",
-                            "id")
+        try:
+            conversation_file(".", conversation_id)
+        except InvalidValueError as exc:
+            raise HTTPError(422, str(exc), "id") from None
         return conversation_id
 
     def _file(self, conversation_id: str) -> Path | None:
-        return None if self.folder is None else self.folder / f"{conversation_id}.json"
+        return None if self.folder is None else conversation_file(self.folder, conversation_id)
 
     def exists(self, conversation_id: str) -> bool:
         path = self._file(conversation_id)
         return conversation_id in self._forests or (path is not None and path.is_file())
 
-    def lock(self, conversation_id: str) -> asyncio.Lock:
-        return self._locks.setdefault(conversation_id, asyncio.Lock())
+    @contextlib.asynccontextmanager
+    async def locked(self, conversation_id: str) -> AsyncIterator[None]:
+        """Hold the conversation's lock: every read and write of a conversation, its reload after
+        an eviction included, runs under it, one at a time. The lock exists only while requests
+        for the id are in flight, so the table stays as small as the traffic."""
+        self.check_id(conversation_id)
+        entry = self._locks.setdefault(conversation_id, [asyncio.Lock(), 0])
+        entry[1] += 1
+        try:
+            async with entry[0]:
+                yield
+        finally:
+            entry[1] -= 1
+            if entry[1] == 0:
+                self._locks.pop(conversation_id, None)
 
     def create(self, conversation_id: str | None, make: Any) -> tuple[str, Any]:
         """A new conversation (a fresh id when None); 409 if the id is taken."""
@@ -57,6 +72,10 @@ class Conversations:
             raise HTTPError(409, f"the conversation {conversation_id!r} exists already", "id",
                             code="conversation_exists")
         forest = make()
+        try:
+            self.save(conversation_id, forest)  # saved first: a failed create takes nothing
+        except OSError as exc:
+            raise HTTPError(500, f"the conversation could not be saved ({exc.strerror or exc})") from None
         self._hold(conversation_id, forest)
         return conversation_id, forest
 
@@ -79,12 +98,16 @@ class Conversations:
         if path is not None:
             forest.save(path)
 
+    def forget(self, conversation_id: str) -> None:
+        """Drop the forest held in memory (the folder's copy, if any, is what a next request reads)."""
+        self._forests.pop(conversation_id, None)
+        self._metrics.conversations.set(len(self._forests))
+
     def delete(self, conversation_id: str) -> None:
         self.check_id(conversation_id)
         if not self.exists(conversation_id):
             raise HTTPError(404, f"no conversation {conversation_id!r}", "id", code="conversation_not_found")
         self._forests.pop(conversation_id, None)
-        self._locks.pop(conversation_id, None)
         path = self._file(conversation_id)
         if path is not None:
             path.unlink(missing_ok=True)
@@ -94,8 +117,6 @@ class Conversations:
         self._forests.move_to_end(conversation_id)
         while len(self._forests) > self.max_conversations:
             evicted, _ = self._forests.popitem(last=False)
-            if not self.lock(evicted).locked():
-                self._locks.pop(evicted, None)
             if not self.exists(evicted):
                 log.warning("conversation %s evicted and lost (no --conversations folder)", evicted)
             self._metrics.evicted.inc()

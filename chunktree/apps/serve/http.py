@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
-from chunktree.checks import InvalidTypeError, number, positive_int
+from chunktree.checks import InvalidTypeError, InvalidValueError, number, positive_int, unicode
 
 # OpenAI's error ``type`` for each status the service answers with.
 ERROR_TYPES = {
@@ -114,6 +114,8 @@ async def read_json(request: Any, limits: Limits) -> dict[str, Any]:
     raw = b"".join(parts)
     try:
         body = json.loads(raw)
+    except RecursionError:
+        raise HTTPError(422, "request body is nested too deeply to be read") from None
     except (ValueError, UnicodeDecodeError) as exc:
         raise HTTPError(400, f"request body is not valid JSON: {exc}") from None
     if not isinstance(body, dict):
@@ -140,6 +142,10 @@ def texts_field(body: dict[str, Any], field: str, limits: Limits, allow_single: 
         if len(text) > limits.max_chars:
             raise HTTPError(422, f"'{field}[{i}]' has {len(text)} characters; the limit is "
                                  f"max_chars={limits.max_chars}", field)
+        try:
+            unicode(text, f"'{field}[{i}]'")
+        except InvalidValueError as exc:
+            raise HTTPError(422, str(exc), field) from None
     return value
 
 

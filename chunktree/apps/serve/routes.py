@@ -28,7 +28,7 @@ from typing import Any
 from chunktree.apps.serve.batcher import BatchedEmbedder, Overloaded, QueueTimeout
 from chunktree.apps.serve.http import HTTPError, optional_field, texts_field
 from chunktree.apps.serve.service import Service
-from chunktree.checks import ChunktreeError
+from chunktree.checks import ChunktreeError, InvalidValueError, unicode
 from chunktree.engine.order import DEFAULT_STRATEGY, order
 from chunktree.engine.select import select
 
@@ -150,7 +150,7 @@ def _budget(value: Any) -> int | None:
     if value is None:
         return None
     if isinstance(value, str):
-        if not value.isdigit():
+        if not (value.isascii() and value.isdigit()):
             raise HTTPError(422, f"'budget_tokens' must be a positive int; got {value!r}", "budget_tokens")
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
@@ -160,8 +160,7 @@ def _budget(value: Any) -> int | None:
 
 async def create_conversation(service: Service, body: dict[str, Any], params: dict[str, str]) -> Any:
     conversation_id = optional_field(body, "id", str, None)
-    conversation_id, forest = service.conversations.create(conversation_id, lambda: _forest(service))
-    service.conversations.save(conversation_id, forest)
+    conversation_id, _ = service.conversations.create(conversation_id, lambda: _forest(service))
     return {"id": conversation_id, "turns": 0}
 
 
@@ -176,9 +175,13 @@ async def add_turn(service: Service, body: dict[str, Any], params: dict[str, str
         if value is not None and len(value) > service.limits.max_chars:
             raise HTTPError(422, f"'{name}' has {len(value)} characters; the limit is "
                                  f"max_chars={service.limits.max_chars}", name)
+        try:
+            unicode(value or "", f"'{name}'")
+        except InvalidValueError as exc:
+            raise HTTPError(422, str(exc), name) from None
     budget = _budget(body.get("budget_tokens"))
     conversations = service.conversations
-    async with conversations.lock(conversation_id):
+    async with conversations.locked(conversation_id):
         forest = conversations.get(conversation_id, _load(service))
         if len(forest.nodes) >= service.limits.max_turns:
             raise HTTPError(422, f"the conversation holds max_turns={service.limits.max_turns} turns; start a new "
@@ -189,7 +192,11 @@ async def add_turn(service: Service, body: dict[str, Any], params: dict[str, str
 
         def place() -> Any:
             decision = forest.add(user, assistant)
-            conversations.save(conversation_id, forest)
+            try:
+                conversations.save(conversation_id, forest)
+            except OSError as exc:  # not kept: memory goes back to what the folder holds
+                conversations.forget(conversation_id)
+                raise HTTPError(500, f"the turn could not be saved and was not kept ({exc.strerror or exc})") from None
             return decision, forest.context(budget)
 
         work = loop.run_in_executor(None, place)
@@ -208,18 +215,27 @@ async def add_turn(service: Service, body: dict[str, Any], params: dict[str, str
 
 
 async def get_conversation(service: Service, body: dict[str, Any], params: dict[str, str]) -> Any:
-    forest = service.conversations.get(params["id"], _load(service))
-    data = {k: v for k, v in forest.to_dict().items() if k != "vectors"}
-    return {"id": params["id"], "turns": len(forest.nodes), "forest": data, "tree": forest.show()}
+    conversations = service.conversations
+    async with conversations.locked(params["id"]):  # never a forest half way through a turn, nor a stale reload
+        forest = conversations.get(params["id"], _load(service))
+
+        def read() -> dict[str, Any]:
+            data = {k: v for k, v in forest.to_dict().items() if k != "vectors"}
+            return {"id": params["id"], "turns": len(forest.nodes), "forest": data, "tree": forest.show()}
+
+        return await asyncio.get_running_loop().run_in_executor(None, read)
 
 
 async def get_context(service: Service, body: dict[str, Any], params: dict[str, str]) -> Any:
-    forest = service.conversations.get(params["id"], _load(service))
-    return {"id": params["id"], "context": forest.context(_budget(params.get("budget_tokens"))).to_dict()}
+    budget = _budget(params.get("budget_tokens"))
+    async with service.conversations.locked(params["id"]):
+        forest = service.conversations.get(params["id"], _load(service))
+        context = await asyncio.get_running_loop().run_in_executor(None, forest.context, budget)
+    return {"id": params["id"], "context": context.to_dict()}
 
 
 async def delete_conversation(service: Service, body: dict[str, Any], params: dict[str, str]) -> Any:
-    async with service.conversations.lock(params["id"]):
+    async with service.conversations.locked(params["id"]):
         service.conversations.delete(params["id"])
     return {"id": params["id"], "deleted": True}
 
