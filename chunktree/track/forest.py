@@ -505,7 +505,9 @@ class Forest:
         assistant messages, after one system message listing every other topic and every branch
         of the current topic not on the path, one line each, most recent first. Under a budget
         the path comes first, newest turns first; the lines take what it leaves, most recent
-        first. Each text is counted once: the cost grows with the number of lines, not its square.
+        first; what is still left holds the newest turns off the path, verbatim (the messages stay
+        in the order of the conversation). Each text is counted once: the cost grows with the
+        number of lines, not its square.
         """
         if budget_tokens is not None:
             integer(budget_tokens, "budget_tokens", 1)
@@ -531,8 +533,19 @@ class Forest:
                     system, used = [{"role": "system", "content": content}], used + cost
                     break
                 shown -= 1
+        cut = keep < len(path) or shown < len(lines)
+        if budget_tokens is not None:  # what the budget still holds: the newest turns off the path
+            held = set(turns)
+            for n in range(len(self.nodes) - 1, -1, -1):
+                if n in held:
+                    continue
+                if used + self._tokens[n] > budget:
+                    break
+                turns.append(n)
+                used += self._tokens[n]
+            turns.sort()
         messages = system + [m for n in turns for m in self._messages(n)]
-        return Context(messages, used, turns, keep < len(path) or shown < len(lines))
+        return Context(messages, used, turns, cut)
 
     def _topic_lines(self, on_path: set[int]) -> list[str]:
         """One line per other topic, most recently visited first, then one per branch of the

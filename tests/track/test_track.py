@@ -57,12 +57,20 @@ def test_context_is_the_path_verbatim_plus_one_line_per_other_topic(embedder, fo
 def test_the_budget_keeps_the_newest_turns(embedder, forest):
     f, _ = forest
     whole = f.context()
+    path = whole.turns  # [0, 1, 2, 5]: the whale topic
     for budget in (whole.tokens - 1, 60, 30):
         c = f.context(budget_tokens=budget)
         assert c.cut and c.tokens <= budget
-        kept = [m["content"] for m in c.messages if m["role"] != "system"]
-        full = [m["content"] for m in whole.messages if m["role"] != "system"]
-        assert kept == full[len(full) - len(kept):]  # a suffix: the newest turns
+        on_path = [n for n in c.turns if n in path]
+        assert on_path == path[len(path) - len(on_path):]  # a suffix of the path: its newest turns
+        off_path = [n for n in c.turns if n not in path]
+        assert off_path == [4, 3][:len(off_path)][::-1]  # then the newest turns off the path, if any fit
+        texts = [m["content"] for m in c.messages if m["role"] != "system"]
+        assert texts == [t for n in c.turns for t in (f.nodes[n].user, f.nodes[n].assistant) if t]  # in order
+        assert c.tokens == sum(f._tokens[n] for n in c.turns) + (
+            int(embedder.count_tokens([c.messages[0]["content"]])[0]) if c.messages and c.messages[0]["role"] == "system" else 0)
+    roomy = f.context(budget_tokens=10 * whole.tokens)
+    assert roomy.turns == [0, 1, 2, 3, 4, 5] and not roomy.cut  # room for everything: every turn, verbatim
     with pytest.raises(ValueError, match="budget_tokens must be"):
         f.context(budget_tokens=0)
 
