@@ -497,6 +497,9 @@ def _embedded(args: argparse.Namespace) -> tuple[np.ndarray, list[Any] | None]:
                     raise InvalidValueError(f"--chunks {chunks_path}:{line_no}: not a chunk row ({exc})") from None
     except OSError as exc:
         raise InvalidValueError(f"--chunks {chunks_path}: cannot read it ({exc.strerror or exc})") from None
+    except UnicodeDecodeError as exc:
+        raise InvalidValueError(f"--chunks {chunks_path}: not UTF-8 text ({exc.reason} at byte {exc.start} of a "
+                                f"line)") from None
     if len(chunks) != vectors.shape[0]:
         raise InvalidValueError(f"--embeddings {args.embeddings} has {vectors.shape[0]} rows but --chunks "
                                 f"{chunks_path} has {len(chunks)} chunks")

@@ -468,3 +468,21 @@ def test_track_refuses_a_conversation_that_is_not_a_string(tmp_path, capsys):
     path.write_text('{"user": "a", "conversation": "1"}\n{"user": "b", "conversation": 1}\n')
     assert main(["track", str(path), "--no-cache"]) == 2
     assert f"{path}:2: 'conversation' must be a string" in capsys.readouterr().err
+
+
+def test_a_chunks_file_that_is_not_utf8_and_a_non_string_paragraph_are_named(tmp_path, capsys):
+    import numpy as np
+
+    from chunktree.apps.cli import main
+
+    np.save(tmp_path / "e.npy", np.eye(3, 384, dtype=np.float32))
+    (tmp_path / "bad.jsonl").write_bytes(b"\xff\xfe not text")
+    assert main(["order", "--embeddings", str(tmp_path / "e.npy"), "--chunks", str(tmp_path / "bad.jsonl")]) == 2
+    assert "bad.jsonl: not UTF-8 text (invalid start byte at byte 0" in capsys.readouterr().err
+    row = {"question": "q?", "answers": ["a"], "paragraphs": [{"title": "t", "text": 5, "supporting": True}]}
+    (tmp_path / "h.jsonl").write_text(json.dumps(row) + "\n")
+    assert main(["eval-order", str(tmp_path / "h.jsonl"), "--no-cache"]) == 2
+    assert "h.jsonl:1: not a HotpotQA-style line" in capsys.readouterr().err
+    (tmp_path / "empty.json").write_text("")
+    assert main(["eval-track", str(tmp_path / "empty.json"), "--no-cache"]) == 2
+    assert "empty.json: not a CoQA or SQuAD JSON file" in capsys.readouterr().err

@@ -96,6 +96,10 @@ def _hotpot(path: Path, text: str) -> list[Passage]:
             answers = tuple(row["answers"])
             titles = [row["paragraphs"][i]["title"] for i in gold]
             question = row["question"]
+            odd = [t for t in (question, *paragraphs, *answers, *titles) if not isinstance(t, str)]
+            if odd:
+                raise TypeError(f"a question, paragraph text, title or answer is a {type(odd[0]).__name__}, "
+                                f"not a string")
         except (ValueError, KeyError, TypeError) as exc:
             raise InvalidValueError(f"{path}:{number}: not a HotpotQA-style line (question, answers, paragraphs "
                                     f"with title, text, supporting): {type(exc).__name__}: {exc}") from None
