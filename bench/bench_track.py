@@ -6,8 +6,12 @@ own.
 
     python -m pytest bench/bench_track.py
 
+The save after each turn (the service's, with a conversations folder): ``save_turn`` (one line
+appended to the journal, the file rewritten after as many turns as it holds) against ``save``
+(the whole file every time), the mean over 130 turns.
+
 Goals (reported, not asserted): p50 <= 1 ms per decision at 1,000 turns, embedding excluded; a
-turn at 10,000 turns within 2x of one at 100.
+turn, and its save, at 10,000 turns within 2x of one at 100.
 """
 
 import time
@@ -79,13 +83,37 @@ def test_add_with_embedding(results, embedder, n):
                 lambda f, i, v, t: f.add(f"A new question number {i} about the whale and the ship?", "An answer."))
 
 
+@pytest.mark.parametrize("n", (100, 10000))
+def test_save_turn(results, embedder, n, tmp_path):
+    """The service's save after a turn: ``Forest.save_turn`` (journal) against ``Forest.save``
+    (the whole file), each over the same 130 turns after n, so that rewrites are included."""
+    vectors, texts = conversation(n + 130)
+    forest = Forest(embedder)
+    for i in range(n):
+        forest._place(texts[i], None, vectors[i], vectors[i])
+    forest.save(tmp_path / "f.json")
+    turns, whole = [], []
+    for i in range(n, n + 130):
+        forest._place(texts[i], None, vectors[i], vectors[i])
+        t0 = time.perf_counter()
+        forest.save_turn(tmp_path / "f.json")
+        turns.append(time.perf_counter() - t0)
+        t0 = time.perf_counter()
+        forest.save(tmp_path / "g.json")
+        whole.append(time.perf_counter() - t0)
+    results["track"][("save_turn", n)] = (float(np.mean(turns)), float(np.percentile(turns, 99)), len(forest.trees))
+    results["track"][("save", n)] = (float(np.mean(whole)), float(np.percentile(whole, 99)), len(forest.trees))
+
+
 @summary
 def _report(results):
     r = results.get("track", {})
     lines = []
     for (kind, n), (p50, p99, trees) in sorted(r.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         what = {"decision": "decision, embedding excluded", "distinct": "decision, every turn a new topic",
-                "add": "add(), embedding included"}[kind]
-        lines.append(f"track {what:30s} at {n:>5} turns: p50 {p50 * 1e3:.2f} ms, p99 {p99 * 1e3:.2f} ms "
+                "add": "add(), embedding included", "save_turn": "save_turn() (journal), mean",
+                "save": "save() (whole file), mean"}[kind]
+        middle = "mean" if kind.startswith("save") else "p50"
+        lines.append(f"track {what:30s} at {n:>5} turns: {middle} {p50 * 1e3:.2f} ms, p99 {p99 * 1e3:.2f} ms "
                      f"({trees} trees)")
     return lines

@@ -12,6 +12,7 @@ work per tree only for the ``SHORTLIST`` trees that fit it best (and the current
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import json
 import os
@@ -210,6 +211,53 @@ def check_document(data: dict[str, Any], dim: int) -> tuple[list[Node], np.ndarr
     return nodes, vectors
 
 
+JOURNAL_MIN = 64  # save_turn appends at least this many turns before it rewrites the file
+
+
+def _journal(path: Path) -> Path:
+    return path.with_name(path.name + ".journal")
+
+
+def _replay(data: Any, journal: Path) -> int:
+    """Apply the journal's turns to the forest document ``data`` (checked afterwards, with the
+    rest, by ``check_document``); the number applied. Turns the file already holds are skipped (a
+    crash between a rewrite and the journal's removal), and a last line cut short is dropped."""
+    if not journal.exists() or not isinstance(data, dict):
+        return 0
+    lines = journal.read_text(encoding="utf-8").split("\n")
+    nodes, trees = data.get("nodes"), data.get("trees")
+    if not isinstance(nodes, list) or not isinstance(trees, list) or not isinstance(data.get("vectors"), str):
+        return 0
+    extra, applied = [], 0
+    for number, line in enumerate(lines, 1):
+        if not line:
+            continue
+        try:
+            record = json.loads(line)
+            node, tree_state, vector = record["node"], record["tree"], base64.b64decode(record["vector"], validate=True)
+            node_id, tree_id, parent = node["id"], node["tree"], node["parent"]
+        except (ValueError, KeyError, TypeError) as exc:
+            if number == len(lines):  # the last line, without its newline: cut short by a crash
+                break
+            raise ValueError(f"{journal.name}:{number}: not a journal line ({type(exc).__name__}: {exc})") from None
+        if not isinstance(node_id, int) or node_id < len(nodes):
+            continue
+        if node_id != len(nodes) or not isinstance(tree_id, int) or not 0 <= tree_id <= len(trees):
+            raise ValueError(f"{journal.name}:{number}: turn {node_id!r} of tree {tree_id!r} does not follow the file")
+        if tree_id == len(trees):
+            trees.append({"id": tree_id, "nodes": []})
+        trees[tree_id] = {**trees[tree_id], **tree_state, "nodes": [*trees[tree_id].get("nodes", []), node_id]}
+        if isinstance(parent, int) and 0 <= parent < len(nodes) and isinstance(nodes[parent].get("children"), list):
+            nodes[parent]["children"].append(node_id)
+        nodes.append(node)
+        data["current"] = node_id
+        extra.append(vector)
+        applied += 1
+    if extra:
+        data["vectors"] = base64.b64encode(base64.b64decode(data["vectors"]) + b"".join(extra)).decode()
+    return applied
+
+
 def _texts(node: Node) -> list[str]:
     """The node's texts as context messages: the user's, and the assistant's when there is one."""
     return [node.user, node.assistant] if node.assistant else [node.user]
@@ -316,6 +364,7 @@ class Forest:
         self.summary_tokens = positive_int(summary_tokens, "summary_tokens")
         self.summariser = summariser
         self.summary_fallbacks: list[str] = []
+        self._saved: tuple[int, int] | None = None  # (turns in the file, turns in its journal) once saved
         self.nodes: list[Node] = []
         self.trees: list[_Tree] = []
         self.current: int | None = None  # the current node
@@ -575,7 +624,8 @@ class Forest:
                 "vectors": base64.b64encode(vectors.astype("<f4").tobytes()).decode()}
 
     def save(self, path: str | os.PathLike[str]) -> None:
-        """Write the forest as JSON, atomically (a temporary file renamed into place)."""
+        """Write the forest as JSON, atomically (a temporary file renamed into place), and empty
+        its journal (``save_turn``)."""
         path = Path(path)
         if path.is_dir():
             raise IsADirectoryError(f"{path}: a folder, not a forest file")
@@ -585,20 +635,55 @@ class Forest:
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)
+        _journal(path).unlink(missing_ok=True)
+        self._saved = (len(self.nodes), 0)
+
+    def save_turn(self, path: str | os.PathLike[str]) -> None:
+        """Save the newest turn of a forest saved to ``path`` before: one JSON line appended to
+        its journal (``PATH.journal``) while the journal holds fewer turns than the file, else the
+        whole forest rewritten (``save``). A turn costs the same however long the conversation
+        (the rewrites, each after as many appended turns as the file holds, add a constant share).
+        ``load`` replays the journal; a line cut short by a crash is a turn never acknowledged,
+        and is dropped. A write that fails leaves the journal as it was."""
+        path = Path(path)
+        base, journaled = self._saved or (-1, 0)
+        if not path.is_file() or base + journaled != len(self.nodes) - 1 or journaled + 1 > max(JOURNAL_MIN, base):
+            self.save(path)
+            return
+        node = self.nodes[-1]
+        tree = self.trees[node.tree]
+        record = {"node": asdict(node), "tree": {"anchor": tree.anchor, "last_turn": tree.last_turn,
+                                                 "branches": tree.branches},
+                  "vector": base64.b64encode(self._vectors[node.id].astype("<f4").tobytes()).decode()}
+        journal = _journal(path)
+        size = journal.stat().st_size if journal.exists() else 0
+        try:
+            with journal.open("a", encoding="utf-8") as f:
+                f.write(dumps(record) + "\n")
+        except OSError:
+            with contextlib.suppress(OSError):
+                os.truncate(journal, size)
+            raise
+        self._saved = (base, journaled + 1)
 
     @classmethod
     def load(cls, path: str | os.PathLike[str], embedder: Any = None, **kwargs: Any) -> Forest:
-        """Read a forest written by ``save``; a file that is not one, or one from another model or
-        format version, raises ``ForestFileError`` naming it."""
+        """Read a forest written by ``save`` (and ``save_turn``: its journal replayed); a file that
+        is not one, or one from another model or format version, raises ``ForestFileError``
+        naming it."""
         path = Path(path)
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
+            base = len(data["nodes"]) if isinstance(data, dict) and isinstance(data.get("nodes"), list) else 0
+            journaled = _replay(data, _journal(path))
         except (OSError, UnicodeDecodeError, ValueError) as exc:
             raise ForestFileError(f"{path}: not a readable forest file ({exc})") from None
         try:
-            return cls.from_dict(data, embedder, **kwargs)
+            forest = cls.from_dict(data, embedder, **kwargs)
         except ForestFileError as exc:
             raise ForestFileError(f"{path}: {exc}") from None
+        forest._saved = (base, journaled)
+        return forest
 
     @classmethod
     def from_dict(cls, data: Any, embedder: Any = None, **kwargs: Any) -> Forest:

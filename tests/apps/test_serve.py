@@ -536,7 +536,7 @@ def test_conversations_are_bounded_evicted_and_kept_on_disk(embedder, tmp_path):
         after = httpx.get(s.url + "/v1/conversations/kept").json()
         assert after["turns"] == 3 and [first[0]["decision"]["action"], first[1]["decision"]["action"]] == [
             "new_topic", "continue"]
-    assert sorted(p.name for p in folder.iterdir()) == ["kept.json", "other.json"]
+    assert sorted(p.name for p in folder.iterdir()) == ["kept.json", "kept.json.journal", "other.json"]
 
 
 class SlowEmbedder:

@@ -344,3 +344,50 @@ def test_the_context_frontier_keeps_every_method_within_its_budget(embedder, tmp
     assert m["full_recall"] == 1.0 and m["full_tokens"] == 1.0
     assert m["forest_at_last_n_tokens"] <= m["last_n_tokens"] + 1e-9
     assert m["forest_at_25_recall"] <= m["forest_at_75_recall"] + 1e-9
+
+
+def _synthetic_forest(embedder, n, seed=0):
+    rng = np.random.default_rng(seed)
+    f = Forest(embedder, decider="thresholds")
+    centres = rng.normal(size=(5, embedder.dim))
+    for i in range(n):
+        v = centres[(i // 4) % 5] + 0.3 * rng.normal(size=embedder.dim)
+        v = (v / np.linalg.norm(v)).astype(np.float32)
+        f._place(f"a question about subject {(i // 4) % 5}, turn {i}", f"an answer {i}", v, v)
+        yield f
+
+
+def test_save_turn_appends_to_a_journal_and_load_replays_it(embedder, tmp_path):
+    from chunktree.track.forest import JOURNAL_MIN
+
+    path, journal = tmp_path / "c.json", tmp_path / "c.json.journal"
+    rewrites, f = 0, None
+    for f in _synthetic_forest(embedder, 300):
+        before = path.stat().st_mtime_ns if path.exists() else None
+        f.save_turn(path)
+        rewrites += before != path.stat().st_mtime_ns
+        lines = journal.read_text().count("\n") if journal.exists() else 0
+        base = len(json.loads(path.read_text())["nodes"])
+        assert base + lines == len(f.nodes) and lines <= max(JOURNAL_MIN, base)
+    assert rewrites <= 4  # 1, 65, 130, 260: the file is rewritten after as many turns as it holds
+    assert Forest.load(path, embedder, decider="thresholds").to_dict() == f.to_dict()
+    with journal.open("a") as out:
+        out.write('{"node": {"id": 300, "tree"')  # a crash cut the last line short: a turn never acknowledged
+    again = Forest.load(path, embedder, decider="thresholds")
+    assert again.to_dict() == f.to_dict()
+    turn = ("a question about subject 1, once more", None)
+    assert again.add(*turn).to_dict() == f.add(*turn).to_dict()  # and it goes on alike
+
+
+def test_a_rewrite_that_crashed_before_emptying_the_journal_loads_once(embedder, tmp_path):
+    path, journal = tmp_path / "c.json", tmp_path / "c.json.journal"
+    forests = _synthetic_forest(embedder, 80)
+    for f in forests:
+        f.save_turn(path)
+    kept = journal.read_text()
+    f.save(path)  # the whole forest rewritten, then the journal removed ...
+    journal.write_text(kept)  # ... unless a crash came first: its turns are already in the file
+    assert Forest.load(path, embedder, decider="thresholds").to_dict() == f.to_dict()
+    journal.write_text(kept.replace('"id": 70', '"id": 700', 1) if '"id": 70' in kept else kept + "{}\n")
+    with pytest.raises(ForestFileError, match="c.json"):
+        Forest.load(path, embedder, decider="thresholds")

@@ -2,7 +2,8 @@
 
 At most ``max_conversations`` forests are held in memory; adding one more evicts the least
 recently used. With a folder (``chunktree serve --conversations DIR``) every forest is saved
-after each turn (``DIR/<id>.json``, the format of ``Forest.save``), so an evicted conversation,
+after each turn (``DIR/<id>.json``, the format of ``Forest.save``, each turn appended to its
+journal ``DIR/<id>.json.journal``: ``Forest.save_turn``), so an evicted conversation,
 or one from before a restart, is loaded again when it is next used. Without a folder an evicted
 conversation is gone (404 afterwards; counted in ``/metrics``). Turns of one conversation are
 placed one at a time.
@@ -93,10 +94,12 @@ class Conversations:
         self._hold(conversation_id, forest)
         return forest
 
-    def save(self, conversation_id: str, forest: Any) -> None:
+    def save(self, conversation_id: str, forest: Any, turn: bool = False) -> None:
+        """Write the forest to the folder, if there is one: whole, or (``turn``) its newest turn
+        appended to the file's journal (``Forest.save_turn``)."""
         path = self._file(conversation_id)
         if path is not None:
-            forest.save(path)
+            forest.save_turn(path) if turn else forest.save(path)
 
     def forget(self, conversation_id: str) -> None:
         """Drop the forest held in memory (the folder's copy, if any, is what a next request reads)."""
@@ -111,6 +114,7 @@ class Conversations:
         path = self._file(conversation_id)
         if path is not None:
             path.unlink(missing_ok=True)
+            path.with_name(path.name + ".journal").unlink(missing_ok=True)
 
     def _hold(self, conversation_id: str, forest: Any) -> None:
         self._forests[conversation_id] = forest

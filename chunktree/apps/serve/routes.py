@@ -193,7 +193,7 @@ async def add_turn(service: Service, body: dict[str, Any], params: dict[str, str
         def place() -> Any:
             decision = forest.add(user, assistant)
             try:
-                conversations.save(conversation_id, forest)
+                conversations.save(conversation_id, forest, turn=True)
             except OSError as exc:  # not kept: memory goes back to what the folder holds
                 conversations.forget(conversation_id)
                 raise HTTPError(500, f"the turn could not be saved and was not kept ({exc.strerror or exc})") from None
