@@ -138,7 +138,8 @@ class Decision:
     rule
         the rule that fired (the module notes list them).
     candidates
-        every tree's fit, best first.
+        the fit of the trees the turn was weighed against (the ``SHORTLIST`` best-fitting ones and
+        the current one), best first.
     thresholds
         the settings in force.
     content_words

@@ -676,7 +676,7 @@ class Forest:
             data = json.loads(path.read_text(encoding="utf-8"))
             base = len(data["nodes"]) if isinstance(data, dict) and isinstance(data.get("nodes"), list) else 0
             journaled = _replay(data, _journal(path))
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
+        except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:  # UnicodeDecodeError: a ValueError
             raise ForestFileError(f"{path}: not a readable forest file ({exc})") from None
         try:
             forest = cls.from_dict(data, embedder, **kwargs)

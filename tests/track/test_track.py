@@ -389,5 +389,15 @@ def test_a_rewrite_that_crashed_before_emptying_the_journal_loads_once(embedder,
     journal.write_text(kept)  # ... unless a crash came first: its turns are already in the file
     assert Forest.load(path, embedder, decider="thresholds").to_dict() == f.to_dict()
     journal.write_text(kept.replace('"id": 70', '"id": 700', 1) if '"id": 70' in kept else kept + "{}\n")
-    with pytest.raises(ForestFileError, match="c.json"):
+    with pytest.raises(ForestFileError, match=r"c\.json"):
         Forest.load(path, embedder, decider="thresholds")
+
+
+@pytest.mark.parametrize("line", ['{"node": 5, "tree": {}, "vector": ""}', '{"node": {"id": 6, "tree": 0, "parent": 5}, '
+                                  '"tree": [1], "vector": ""}', "[1, 2]", "not json"])
+def test_a_damaged_journal_line_is_named(embedder, forest, tmp_path, line):
+    f, _ = forest
+    f.save(tmp_path / "c.json")
+    (tmp_path / "c.json.journal").write_text(line + "\n")
+    with pytest.raises(ForestFileError, match=r"c\.json: not a readable forest file"):
+        Forest.load(tmp_path / "c.json", embedder)
