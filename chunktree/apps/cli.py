@@ -776,6 +776,10 @@ def cmd_scale(args: argparse.Namespace) -> int:
     for path in write_report(result, args.output, plots=not args.no_plots):
         print(f"wrote {path}")
     print((args.output / "report.md").read_text(encoding="utf-8"))
+    if result.failed or not result.sizes:
+        print(f"chunktree scale: {result.stopped}" + ("" if result.sizes else "; no size was measured"),
+              file=sys.stderr)
+        return 1
     return 0
 
 

@@ -7,7 +7,10 @@ peak memory is its own. Per size it records the seconds of every stage of the sp
 neighbour lists on sampled rows against exact neighbours, and the tree weight against the exact
 tree where the exact tree is affordable. Before each size it projects the time and memory from the
 sizes measured so far (a power law fitted to the last three) and stops cleanly when the projection
-passes the budget; a child that runs past twice the time budget is stopped.
+passes the budget, or when the data alone would pass the memory budget. The child is watched while it
+runs: it is stopped when its resident memory passes the memory budget (read from ``/proc``, on Linux)
+or when it runs past twice the time budget and a minute (the data and the checks take time too). A
+child that fails sends its error back; ``Sweep.failed`` says so and the command exits non-zero.
 
 ``write_report`` writes the folder: ``report.md`` (a table per size, the fitted growth exponents,
 the projected n at which the budgets run out), ``scale.json`` and, with matplotlib
@@ -95,6 +98,7 @@ class Sweep:
     source: str
     sizes: list[SizeResult] = field(default_factory=list)
     stopped: str | None = None
+    failed: bool = False  # a size did not finish for another reason than a budget
     time_budget_s: float = 0.0
     memory_budget_mb: float = 0.0
 
@@ -116,7 +120,16 @@ def _recall(x: np.ndarray, k: int, n_clusters: int, probes: int, seed: int) -> f
 
 
 def _measure(n: int, embeddings: str | None, topics: int, seed: int, out: Any) -> None:
-    """Child process: make or load the data, order it, measure; send a dict through ``out``."""
+    """Child process: make or load the data, order it, measure; send a dict through ``out``, or
+    ``{"error": ...}`` when that fails."""
+    try:
+        out.send(_measured(n, embeddings, topics, seed))
+    except Exception as exc:  # the parent reports it; the traceback stays in the child's stderr
+        out.send({"error": f"{type(exc).__name__}: {exc}"})
+        raise
+
+
+def _measured(n: int, embeddings: str | None, topics: int, seed: int) -> dict[str, Any]:
     from chunktree.checks import unit_rows
     from chunktree.engine.order import order
 
@@ -139,7 +152,50 @@ def _measure(n: int, embeddings: str | None, topics: int, seed: int, out: Any) -
            "recall": _recall(x, p["k"], p["n_clusters"], p["probes"], seed)}
     if n <= EXACT_WEIGHT_MAX_N:
         row["weight_ratio"] = result.tree_weight / order(x, method="exact").tree_weight
-    out.send(row)
+    return row
+
+
+def _rss_mb(pid: int) -> float | None:
+    """Resident memory of process ``pid`` in MB, from ``/proc`` (None where there is none)."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _watch(child: Any, receive: Any, n: int, time_limit_s: float, memory_budget_mb: float
+           ) -> tuple[dict[str, Any] | None, str | None, bool]:
+    """Wait for the child's row while watching its memory and time: (row, None, False), or (None,
+    why it was stopped, whether it failed for another reason than a budget)."""
+    t0 = time.perf_counter()
+    peak = 0.0
+    while not receive.poll(0.05):
+        rss = _rss_mb(child.pid) or 0.0
+        peak = max(peak, rss)
+        if rss > memory_budget_mb:
+            child.kill()
+            child.join()
+            return None, f"n={n:,} stopped at {rss:.0f} MB resident, past the memory budget {memory_budget_mb:.0f} MB", False
+        if time.perf_counter() - t0 > time_limit_s:
+            child.kill()
+            child.join()
+            return None, f"n={n:,} stopped after {time.perf_counter() - t0:.0f} s (past twice the time budget)", False
+        if not child.is_alive() and not receive.poll(0):
+            break
+    try:
+        row = receive.recv()
+    except EOFError:
+        child.join()
+        return None, (f"n={n:,}: the measuring process died (exit code {child.exitcode}; last seen at "
+                      f"{peak:.0f} MB resident: out of memory?)"), True
+    child.join()
+    if "error" in row:
+        return None, f"n={n:,}: the measuring process failed: {row['error']}", True
+    return row, None, False
 
 
 def _power_fit(ns: Sequence[float], ys: Sequence[float]) -> tuple[float, float] | None:
@@ -221,12 +277,15 @@ def sweep(sizes: Sequence[int] = DEFAULT_SIZES, *, embeddings: str | os.PathLike
         memory_budget_mb = 0.75 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20
     number(memory_budget_mb, "memory_budget_mb", 0.0, low_open=True)
     integer(topics, "topics", 1)
-    source = f"synthetic, {topics} topics"
+    source, dim = f"synthetic, {topics} topics", 384
     if embeddings is not None:
         try:
-            rows = np.load(embeddings, mmap_mode="r").shape[0]
+            shape = np.load(embeddings, mmap_mode="r").shape
         except (OSError, ValueError) as exc:
             raise InvalidValueError(f"embeddings {embeddings}: not a readable .npy file ({exc})") from None
+        if len(shape) != 2:
+            raise InvalidValueError(f"embeddings {embeddings}: must be a 2-d array (chunks x dims); got shape {shape}")
+        rows, dim = shape
         dropped = [n for n in sizes if n > rows]
         if dropped:
             say(f"scale: {embeddings} has {rows} rows; sizes {dropped} left out")
@@ -239,10 +298,14 @@ def sweep(sizes: Sequence[int] = DEFAULT_SIZES, *, embeddings: str | os.PathLike
     for n in sizes:
         want_t = _project(result.sizes, n, lambda r: r.order_s)
         want_m = _project_memory(result.sizes, n)
+        data_mb = n * dim * 4 / 2**20
         if want_t is not None and want_t > time_budget_s:
             result.stopped = f"n={n:,} left out: projected {want_t:.3g} s > time budget {time_budget_s:.3g} s"
         elif want_m is not None and want_m > memory_budget_mb:
             result.stopped = (f"n={n:,} left out: projected {want_m:.0f} MB > memory budget "
+                              f"{memory_budget_mb:.0f} MB")
+        elif data_mb > memory_budget_mb:
+            result.stopped = (f"n={n:,} left out: its vectors alone take {data_mb:,.0f} MB > memory budget "
                               f"{memory_budget_mb:.0f} MB")
         if result.stopped:
             say(f"scale: {result.stopped}")
@@ -254,19 +317,12 @@ def sweep(sizes: Sequence[int] = DEFAULT_SIZES, *, embeddings: str | os.PathLike
         child = context.Process(target=_measure, args=(n, embeddings, topics, seed, send), daemon=True)
         child.start()
         send.close()
-        if not receive.poll(2 * time_budget_s + 60):
-            child.kill()
-            result.stopped = f"n={n:,} stopped after {time.perf_counter() - t0:.0f} s (past twice the time budget)"
+        got, why, result.failed = _watch(child, receive, n, 2 * time_budget_s + 60, memory_budget_mb)
+        if got is None:
+            result.stopped = why
             say(f"scale: {result.stopped}")
             break
-        try:
-            row = SizeResult(**receive.recv())
-        except EOFError:
-            child.join()
-            result.stopped = f"n={n:,}: the measuring process died (exit code {child.exitcode}; out of memory?)"
-            say(f"scale: {result.stopped}")
-            break
-        child.join()
+        row = SizeResult(**got)
         result.sizes.append(row)
         say(f"scale: n={n:,}: order {row.order_s:.2f} s, peak {row.peak_rss_mb:.0f} MB, recall@16 {row.recall:.3f}"
             f" ({time.perf_counter() - t0:.0f} s with data and checks)")

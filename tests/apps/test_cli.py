@@ -290,6 +290,24 @@ def test_eval_order_on_a_tiny_squad_file(tmp_path, cli):
     assert "What lit the lamps?" in (tmp_path / "eval.html").read_text(encoding="utf-8")  # the first question
 
 
+def test_eval_order_names_what_it_leaves_out_and_refuses_a_file_with_nothing_to_evaluate(tmp_path, cli):
+    q = {"id": "q", "question": "Who?", "answers": [{"text": "Ahab", "answer_start": 0}]}
+    lone = {"title": "one paragraph", "paragraphs": [{"context": "Ahab lost his leg.", "qas": [q]}]}
+    pair = {"title": "two", "paragraphs": [{"context": "Ahab lost his leg.", "qas": [q]},
+                                           {"context": "Ships left for the Pacific.", "qas": []}]}
+    path = tmp_path / "lone.json"
+    path.write_text(json.dumps({"data": [lone, lone]}))
+    r = cli("eval-order", str(path), "--cache", str(tmp_path / "c.sqlite"))
+    assert r.returncode == 2
+    assert "nothing to evaluate: each of the 2 passages has fewer than 2 paragraphs or no question" in r.stderr
+    path.write_text(json.dumps({"data": [lone, pair]}))
+    r = cli("eval-order", str(path), "--cache", str(tmp_path / "c.sqlite"), "--json", str(tmp_path / "r.json"))
+    assert r.returncode == 0, r.stderr
+    assert "1 passage with fewer than 2 paragraphs or no question left out" in r.stdout
+    result = loads((tmp_path / "r.json").read_text())
+    assert result["passages_left_out"] == 1 and result["summary"]["all"]["questions"] == 1
+
+
 def test_serve_answers_an_openai_client(tmp_path, embedder):
     import os
     import socket

@@ -43,6 +43,16 @@ class Passage:
     questions: list[Question]
 
 
+def evaluable(passages: list[Passage]) -> tuple[list[Passage], int]:
+    """The passages an order can be measured on (two paragraphs or more and a question), and how
+    many were left out; none is an error."""
+    kept = [p for p in passages if len(p.paragraphs) >= 2 and p.questions]
+    if not kept:
+        raise InvalidValueError(f"nothing to evaluate: each of the {len(passages)} passages has fewer than "
+                                "2 paragraphs or no question")
+    return kept, len(passages) - len(kept)
+
+
 def load(path: str | Path, fmt: str = "auto") -> tuple[str, list[Passage]]:
     """The passages of ``path``, and the format read (``squad`` or ``hotpot``); ``auto`` takes
     ``.jsonl`` files as HotpotQA-style and anything else as SQuAD-format."""

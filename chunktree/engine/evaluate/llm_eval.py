@@ -25,9 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from chunktree.checks import InvalidValueError, integer
+from chunktree.checks import integer
 from chunktree.engine.embedding import embed_texts
-from chunktree.engine.evaluate.data import Passage
+from chunktree.engine.evaluate.data import Passage, evaluable
+from chunktree.engine.evaluate.report import left_out_note
 from chunktree.engine.evaluate.runner import BASELINES
 from chunktree.engine.evaluate.stats import bootstrap
 from chunktree.engine.order import order
@@ -122,18 +123,15 @@ def evaluate_llm(
     and the per-question answers."""
     integer(concurrency, "concurrency", 1)
     integer(memory_tokens, "memory_tokens", 16)
+    passages, left_out = evaluable(passages)
     jobs: list[tuple[Any, ...]] = []  # (question number, passage, question, order, sequence)
     for passage in passages:
-        if len(passage.paragraphs) < 2:
-            continue
         vectors, _ = embed_texts(passage.paragraphs, embedder, cache)
         q_vecs, _ = embed_texts([q.text for q in passage.questions], embedder, cache)
         for q, qv in zip(passage.questions, q_vecs):
             number = len(jobs) // len(orders)
             for name in orders:
                 jobs.append((number, passage, q, name, order(vectors, qv, strategy=name).order.tolist()))
-    if not jobs:
-        raise InvalidValueError("no question to evaluate (every passage has fewer than 2 paragraphs)")
 
     def run(job: tuple[int, Passage, Any, str, list[int]]) -> dict[str, Any]:
         number, passage, q, name, seq = job
@@ -146,8 +144,8 @@ def evaluate_llm(
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         answers = list(tracked(pool.map(run, jobs), len(jobs), "LLM reads", "read", enabled=progress))
     return {"model": llm.model, "base_url": llm.base_url, "orders": list(orders), "memory_tokens": memory_tokens,
-            "window_tokens": window_tokens, "tokens": dict(llm.tally), "summary": _summarise(answers, orders),
-            "answers": answers}
+            "window_tokens": window_tokens, "passages_left_out": left_out, "tokens": dict(llm.tally),
+            "summary": _summarise(answers, orders), "answers": answers}
 
 
 def _summarise(answers: list[dict[str, Any]], orders: tuple[str, ...]) -> dict[str, Any]:
@@ -184,7 +182,7 @@ def format_llm_report(result: dict[str, Any]) -> str:
     t = result["tokens"]
     lines = [f"LLM reader {result['model']} at {result['base_url']}; memory {result['memory_tokens']} tokens, "
              f"window {result['window_tokens']}; {t['calls']} calls ({t['cached']} from the cache), "
-             f"{t['prompt_tokens']} prompt + {t['completion_tokens']} completion tokens"]
+             f"{t['prompt_tokens']} prompt + {t['completion_tokens']} completion tokens" + left_out_note(result)]
     for kind, block in result["summary"].items():
         lines += ["", f"**{kind}** ({block['questions']} questions)", "",
                   "| order | exact match % | F1 % | EM − document | EM − dense | F1 − document | F1 − dense |",

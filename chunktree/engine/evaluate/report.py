@@ -22,12 +22,18 @@ def _cell(ci: dict[str, float] | None, percent: bool) -> str:
     return f"{scale * ci['mean']:.{digits}f} [{scale * ci['lo']:.{digits}f}, {scale * ci['hi']:.{digits}f}]"
 
 
+def left_out_note(result: dict[str, Any]) -> str:
+    """The report's note of the passages that could not be evaluated, or nothing."""
+    n = result.get("passages_left_out", 0)
+    return f"; {n} passage{'s' * (n != 1)} with fewer than 2 paragraphs or no question left out" if n else ""
+
+
 def format_report(result: dict[str, Any], fmt: str = "") -> str:
     """Markdown tables of ``evaluate_orders``'s result: means with 95% bootstrap intervals."""
     readers = list(result["readers"])
     lines = [f"{fmt + ': ' if fmt else ''}memory budget {100 * result['budget']:.0f}% of each passage; "
              "mean [95% bootstrap interval]; percentages where marked %; readers: "
-             + ", ".join(f"{r} (memory weight {w})" for r, w in result["readers"].items())]
+             + ", ".join(f"{r} (memory weight {w})" for r, w in result["readers"].items()) + left_out_note(result)]
     for kind, block in result["summary"].items():
         orders = block["orders"]
         first: dict[str, Any] = next(iter(orders.values()), {})

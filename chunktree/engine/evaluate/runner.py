@@ -35,7 +35,7 @@ import numpy as np
 from chunktree.checks import InvalidValueError, number
 from chunktree.engine.cache import EmbeddingCache
 from chunktree.engine.embedding import embed_texts
-from chunktree.engine.evaluate.data import Passage, Question
+from chunktree.engine.evaluate.data import Passage, Question, evaluable
 from chunktree.engine.evaluate.stats import bootstrap
 from chunktree.engine.order import DEFAULT_BLEND, order
 from chunktree.engine.read.extractive import MEMORY_AWARE_WEIGHT, ExtractiveWorker, Sentences
@@ -105,11 +105,10 @@ def evaluate_orders(
     readers = dict(READERS if readers is None else readers)
     for name, weight in readers.items():
         number(weight, f"memory weight of reader {name!r}", 0.0)
+    passages, left_out = evaluable(passages)
     records: list[dict[str, Any]] = []
     for passage in tracked(passages, len(passages), "passages", "passage", enabled=progress):
         paragraphs, n = passage.paragraphs, len(passage.paragraphs)
-        if n < 2 or not passage.questions:
-            continue
         sentences = Sentences.of(paragraphs, embedder, cache)
         para_vecs, _ = embed_texts(paragraphs, embedder, cache)
         memory_budget = max(1, round(budget * int(embedder.count_tokens(paragraphs).sum())))
@@ -137,6 +136,7 @@ def evaluate_orders(
                 record["orders"][name] = m
             records.append(record)
     return {"budget": budget, "seed": seed, "readers": readers, "orders": list(orders), "blend": blend,
+            "passages_left_out": left_out,
             "summary": summarise(records, list(orders), list(readers), seed), "records": records}
 
 
