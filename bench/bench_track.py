@@ -8,7 +8,10 @@ own.
 
 The save after each turn (the service's, with a conversations folder): ``save_turn`` (one line
 appended to the journal, the file rewritten after as many turns as it holds) against ``save``
-(the whole file every time), the mean over 130 turns.
+(the whole file every time), the mean over 130 turns. And the service's whole turn over loopback:
+``POST /v1/conversations/{id}/turns`` to ``chunktree serve --conversations DIR`` holding a
+conversation of 100 and of 10,000 turns (HTTP, embedding, decision and the journal save), 130 turns
+each after one untimed turn that loads the conversation.
 
 Goals (reported, not asserted): p50 <= 1 ms per decision at 1,000 turns, embedding excluded; a
 turn, and its save, at 10,000 turns within 2x of one at 100.
@@ -16,8 +19,10 @@ turn, and its save, at 10,000 turns within 2x of one at 100.
 
 import time
 
+import httpx
 import numpy as np
 import pytest
+from bench_serve import start_server
 from conftest import summary
 
 from chunktree import Embedder
@@ -105,6 +110,35 @@ def test_save_turn(results, embedder, n, tmp_path):
     results["track"][("save", n)] = (float(np.mean(whole)), float(np.percentile(whole, 99)), len(forest.trees))
 
 
+def test_service_turn(results, embedder, tmp_path):
+    """A turn over loopback in conversations of 100 and 10,000 turns, one server holding both."""
+    folder = tmp_path / "conversations"
+    folder.mkdir()
+    for n in (100, 10000):
+        vectors, texts = conversation(n)
+        forest = Forest(embedder)
+        for i in range(n):
+            forest._place(texts[i], None, vectors[i], vectors[i])
+        forest.save(folder / f"c{n}.json")
+    proc, url = start_server("--conversations", str(folder), "--max-turns", "20000")
+    try:
+        with httpx.Client(base_url=url, timeout=60) as client:
+            for n in (100, 10000):
+                times = []
+                for i in range(131):
+                    t0 = time.perf_counter()
+                    r = client.post(f"/v1/conversations/c{n}/turns",
+                                    json={"user": f"A new question number {i} about the whale and the ship?"})
+                    times.append(time.perf_counter() - t0)
+                    assert r.status_code == 200, r.text
+                trees = len(client.get(f"/v1/conversations/c{n}").json()["forest"]["trees"])
+                results["track"][("service", n)] = (float(np.median(times[1:])), float(np.percentile(times[1:], 99)),
+                                                    trees)
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
 @summary
 def _report(results):
     r = results.get("track", {})
@@ -112,7 +146,7 @@ def _report(results):
     for (kind, n), (p50, p99, trees) in sorted(r.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         what = {"decision": "decision, embedding excluded", "distinct": "decision, every turn a new topic",
                 "add": "add(), embedding included", "save_turn": "save_turn() (journal), mean",
-                "save": "save() (whole file), mean"}[kind]
+                "save": "save() (whole file), mean", "service": "service turn over loopback"}[kind]
         middle = "mean" if kind.startswith("save") else "p50"
         lines.append(f"track {what:30s} at {n:>5} turns: {middle} {p50 * 1e3:.2f} ms, p99 {p99 * 1e3:.2f} ms "
                      f"({trees} trees)")
