@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from chunktree.checks import ChunktreeError, InvalidValueError, integer, positive_int, text
+from chunktree.checks import ChunktreeError, InvalidValueError, integer, positive_int, text, unicode
 from chunktree.engine.cache import EmbeddingCache
 from chunktree.engine.embedding import embed_texts
 from chunktree.engine.inputs import default_embedder
@@ -143,6 +143,17 @@ def _int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+def _text(value: Any) -> bool:
+    """A string a tokenizer can take (``checks.unicode``)."""
+    if not isinstance(value, str):
+        return False
+    try:
+        unicode(value, "text")
+    except InvalidValueError:
+        return False
+    return True
+
+
 def check_document(data: dict[str, Any], dim: int) -> tuple[list[Node], np.ndarray]:
     """The nodes and vectors of a forest document, after checking everything a forest relies on:
     each node's fields and types, ids in order, every parent an earlier node of the same tree
@@ -162,12 +173,14 @@ def check_document(data: dict[str, Any], dim: int) -> tuple[list[Node], np.ndarr
                else "parent" if node.parent is not None and (not _int(node.parent) or not 0 <= node.parent < i
                                                              or nodes[node.parent].tree != node.tree)
                else "turn" if not _int(node.turn) else "branch" if not _int(node.branch) or node.branch < 0
-               else "user" if not isinstance(node.user, str) else "summary" if not isinstance(node.summary, str)
-               else "assistant" if node.assistant is not None and not isinstance(node.assistant, str)
+               else "user" if not _text(node.user) else "summary" if not _text(node.summary)
+               else "assistant" if node.assistant is not None and not _text(node.assistant)
                else "children" if not isinstance(node.children, list) else None)
         if bad:
             rule = {"id": f"must be {i}", "parent": "must be an earlier node of the same tree, or null",
-                    "tree": f"must be a tree id below {len(trees)}"}.get(bad, "has the wrong type")
+                    "tree": f"must be a tree id below {len(trees)}"}.get(
+                bad, "must be a string of valid Unicode (no lone surrogate)" if bad in ("user", "summary", "assistant")
+                else "has the wrong type")
             raise ForestFileError(f"nodes[{i}].{bad}: {getattr(node, bad)!r:.60} {rule}")
         nodes.append(node)
     children: dict[int, list[int]] = {}
@@ -218,16 +231,17 @@ def _journal(path: Path) -> Path:
     return path.with_name(path.name + ".journal")
 
 
-def _replay(data: Any, journal: Path) -> int:
+def _replay(data: Any, journal: Path) -> tuple[int, bool]:
     """Apply the journal's turns to the forest document ``data`` (checked afterwards, with the
-    rest, by ``check_document``); the number applied. Turns the file already holds are skipped (a
-    crash between a rewrite and the journal's removal), and a last line cut short is dropped."""
+    rest, by ``check_document``): the number applied, and whether the journal ends cleanly (with a
+    newline) so that a next line can be appended. Turns the file already holds are skipped (a crash
+    between a rewrite and the journal's removal), and a last line cut short is dropped."""
     if not journal.exists() or not isinstance(data, dict):
-        return 0
+        return 0, True
     lines = journal.read_text(encoding="utf-8").split("\n")
     nodes, trees = data.get("nodes"), data.get("trees")
     if not isinstance(nodes, list) or not isinstance(trees, list) or not isinstance(data.get("vectors"), str):
-        return 0
+        return 0, True
     extra, applied = [], 0
     for number, line in enumerate(lines, 1):
         if not line:
@@ -255,7 +269,7 @@ def _replay(data: Any, journal: Path) -> int:
         applied += 1
     if extra:
         data["vectors"] = base64.b64encode(base64.b64decode(data["vectors"]) + b"".join(extra)).decode()
-    return applied
+    return applied, lines[-1] == ""
 
 
 def _texts(node: Node) -> list[str]:
@@ -675,14 +689,16 @@ class Forest:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
             base = len(data["nodes"]) if isinstance(data, dict) and isinstance(data.get("nodes"), list) else 0
-            journaled = _replay(data, _journal(path))
-        except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:  # UnicodeDecodeError: a ValueError
-            raise ForestFileError(f"{path}: not a readable forest file ({exc})") from None
+            journaled, clean = _replay(data, _journal(path))
+        except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
+            # UnicodeDecodeError is a ValueError; RecursionError: JSON nested too deep to be a forest
+            raise ForestFileError(f"{path}: not a readable forest file ({type(exc).__name__}: {exc})") from None
         try:
             forest = cls.from_dict(data, embedder, **kwargs)
         except ForestFileError as exc:
             raise ForestFileError(f"{path}: {exc}") from None
-        forest._saved = (base, journaled)
+        # a journal cut short by a crash is not appended to: the next save_turn rewrites the file
+        forest._saved = (base, journaled) if clean else None
         return forest
 
     @classmethod

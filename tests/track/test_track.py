@@ -141,7 +141,8 @@ _DELETE = object()
     (("nodes", 2, "children"), [7], r"nodes\[2\].children: \[7\]; the nodes whose parent it is are \[5\]"),
     (("nodes", 4, "id"), 9, r"nodes\[4\].id: 9 must be 4"),
     (("nodes", 4, "tree"), 7, r"nodes\[4\].tree: 7 must be a tree id below 2"),
-    (("nodes", 4, "user"), 3, r"nodes\[4\].user: 3 has the wrong type"),
+    (("nodes", 4, "user"), 3, r"nodes\[4\].user: 3 must be a string of valid Unicode"),
+    (("nodes", 2, "assistant"), "bad \ud800", r"nodes\[2\].assistant: 'bad \\ud800' must be a string of valid Unicode"),
     (("nodes", 4, "summary"), _DELETE, r"nodes\[4\]: not a node"),
     (("trees", 0, "anchor"), 99, r"trees\[0\].anchor: 99 is not one of its nodes"),
     (("trees", 1, "nodes"), [3], r"trees\[1\].nodes: \[3\]; the nodes of tree 1 are \[3, 4\]"),
@@ -157,6 +158,12 @@ def test_a_forest_file_with_bad_contents_is_refused_naming_the_field(embedder, f
     (tmp_path / "bad.json").write_text(json.dumps(_edit(f.to_dict(), path, value)))
     with pytest.raises(ForestFileError, match="bad.json: " + message):
         Forest.load(tmp_path / "bad.json", embedder)
+
+
+def test_a_forest_file_nested_past_the_parser_is_refused(embedder, tmp_path):
+    (tmp_path / "deep.json").write_text("[" * 100_000 + "]" * 100_000)
+    with pytest.raises(ForestFileError, match=r"deep\.json: not a readable forest file \(RecursionError"):
+        Forest.load(tmp_path / "deep.json", embedder)
 
 
 @pytest.mark.parametrize("change, message", [
@@ -377,6 +384,20 @@ def test_save_turn_appends_to_a_journal_and_load_replays_it(embedder, tmp_path):
     assert again.to_dict() == f.to_dict()
     turn = ("a question about subject 1, once more", None)
     assert again.add(*turn).to_dict() == f.add(*turn).to_dict()  # and it goes on alike
+    again.save_turn(path)  # not appended onto the cut line: the file is rewritten
+    assert Forest.load(path, embedder, decider="thresholds").to_dict() == f.to_dict()
+
+
+def test_a_whole_journal_line_without_its_newline_is_not_appended_onto(embedder, tmp_path):
+    path, journal = tmp_path / "c.json", tmp_path / "c.json.journal"
+    for f in _synthetic_forest(embedder, 20):
+        f.save_turn(path)
+    journal.write_text(journal.read_text().removesuffix("\n"))  # a crash before the newline
+    again = Forest.load(path, embedder, decider="thresholds")
+    assert again.to_dict() == f.to_dict()
+    again.add("one more question about subject 2", None)
+    again.save_turn(path)
+    assert Forest.load(path, embedder, decider="thresholds").to_dict() == again.to_dict()
 
 
 def test_a_rewrite_that_crashed_before_emptying_the_journal_loads_once(embedder, tmp_path):
