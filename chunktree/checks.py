@@ -11,6 +11,7 @@ This module sits below ``kernels``, ``models`` and ``engine``: it imports nothin
 
 from __future__ import annotations
 
+import json
 from collections.abc import Collection
 from typing import Any
 
@@ -107,6 +108,15 @@ def text(value: Any, name: str, *, allow_empty: bool = False) -> str:
     if not allow_empty and not value.strip():
         raise InvalidValueError(f"{name} must not be empty or whitespace; got {value!r}")
     return unicode(value, name)
+
+
+def json_loads(text: str | bytes) -> Any:
+    """``json.loads``, with JSON nested past the parser's depth a ``ValueError`` like any other
+    unreadable JSON (not a ``RecursionError``), so that every reader names its input alike."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("JSON nested too deeply to be read") from None
 
 
 def unicode(value: str, name: str) -> str:

@@ -9,7 +9,6 @@ shows its traceback.
 from __future__ import annotations
 
 import argparse
-import json
 import logging
 import os
 import sys
@@ -19,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from chunktree.checks import ChunktreeError, InvalidValueError, number, require
+from chunktree.checks import ChunktreeError, InvalidValueError, json_loads, number, require
 from chunktree.engine.chunking import DEFAULT_CHUNK_TOKENS, DEFAULT_OVERLAP_TOKENS, chunk_documents
 from chunktree.engine.documents import read_paths, sample_documents
 from chunktree.engine.order import DEFAULT_K, DEFAULT_STRATEGY, EXACT_MAX_N, METHODS, STRATEGIES
@@ -492,7 +491,7 @@ def _embedded(args: argparse.Namespace) -> tuple[np.ndarray, list[Any] | None]:
         with chunks_path.open(encoding="utf-8") as f:
             for line_no, line in enumerate(f, 1):
                 try:
-                    chunks.append(Chunk(**json.loads(line)))
+                    chunks.append(Chunk(**json_loads(line)))
                 except (ValueError, TypeError) as exc:
                     raise InvalidValueError(f"--chunks {chunks_path}:{line_no}: not a chunk row ({exc})") from None
     except OSError as exc:
@@ -675,8 +674,8 @@ def cmd_track(args: argparse.Namespace) -> int:
 
     if args.budget_tokens is not None and args.budget_tokens < 1:
         raise InvalidValueError(f"--budget-tokens must be >= 1; got {args.budget_tokens}")
-    conversations = read_dialogue(args.dialogue)
-    if args.save is not None:  # every file name checked before any work
+    conversations = read_dialogue(args.dialogue, file_ids=args.save is not None)  # every line checked before work
+    if args.save is not None:
         files = {name: conversation_file(args.save, name) for name in conversations}
         _check_output_folder(args.save / "x.json", "--save")
     llm = None

@@ -20,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from chunktree.checks import InvalidValueError, MissingExtraError
+from chunktree.checks import InvalidValueError, MissingExtraError, json_loads
 
 log = logging.getLogger(__name__)
 
@@ -175,9 +175,10 @@ def _read_jsonl(source: str, lines: list[str]) -> list[Document]:
             continue
         where = f"{source}:{lineno}"
         try:
-            record = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise DocumentError(f"{where}: invalid JSON ({exc.msg} at column {exc.colno})") from None
+            record = json_loads(line)
+        except ValueError as exc:  # json.JSONDecodeError names the column; nesting too deep does not
+            detail = f"{exc.msg} at column {exc.colno}" if isinstance(exc, json.JSONDecodeError) else str(exc)
+            raise DocumentError(f"{where}: invalid JSON ({detail})") from None
         if not isinstance(record, dict):
             raise DocumentError(f"{where}: each line must be a JSON object; got {type(record).__name__}")
         text = record.pop("text", None)

@@ -23,12 +23,11 @@ on stories the evaluation does not use).
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from chunktree.checks import InvalidValueError, number, positive_int
+from chunktree.checks import InvalidValueError, json_loads, number, positive_int
 
 ACTIONS = ("continue", "branch", "switch", "new_topic")
 
@@ -284,7 +283,7 @@ class LLMJudge:
         match = re.search(r"\{.*\}", reply, re.S)
         if not match:
             raise ValueError(f"no JSON object in the reply {reply[:80]!r}")
-        value = json.loads(match.group(0)).get("topic")
+        value = json_loads(match.group(0)).get("topic")
         if value == "new":
             return None, reply
         if isinstance(value, str) and value.isdigit():

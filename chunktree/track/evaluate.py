@@ -22,14 +22,13 @@ Measured per dialogue, then averaged with 95% bootstrap intervals over dialogues
 from __future__ import annotations
 
 import itertools
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from chunktree.checks import InvalidValueError, integer
+from chunktree.checks import InvalidValueError, integer, json_loads
 from chunktree.engine.cache import EmbeddingCache
 from chunktree.engine.embedding import embed_texts
 from chunktree.engine.evaluate.stats import bootstrap
@@ -56,7 +55,7 @@ def load_stories(path: str | Path) -> list[list[tuple[str, str]]]:
     out."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))["data"]
+        data = json_loads(path.read_text(encoding="utf-8"))["data"]
         stories = []
         for record in data:
             if "paragraphs" in record:

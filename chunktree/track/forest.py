@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import dataclasses
-import json
 import os
 import re
 import sys
@@ -24,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from chunktree.checks import ChunktreeError, InvalidValueError, integer, positive_int, text, unicode
+from chunktree.checks import ChunktreeError, InvalidValueError, integer, json_loads, positive_int, text, unicode
 from chunktree.engine.cache import EmbeddingCache
 from chunktree.engine.embedding import embed_texts
 from chunktree.engine.inputs import default_embedder
@@ -87,12 +86,13 @@ def _decider(decider: Any) -> LearnedDecider | None:
                             f"decider file; got {decider!r}")
 
 
-def read_dialogue(path: str | os.PathLike[str], *, topics: bool = False
+def read_dialogue(path: str | os.PathLike[str], *, topics: bool = False, file_ids: bool = False
                   ) -> dict[str, list[tuple[str, str | None, str | None]]]:
     """A JSONL dialogue: one turn a line, ``user`` (required), ``assistant`` and ``conversation``
     (optional) and, with ``topics``, a ``topic`` (a string or an integer) each. Turns by
     conversation, in file order, as (user, assistant, topic); every line checked before anything
-    is embedded, a bad one named by its line."""
+    is embedded, a bad one named by its line. With ``file_ids`` each conversation id must also
+    name a file (``conversation_file``)."""
     path = Path(path)
     try:
         lines = path.read_text(encoding="utf-8").splitlines()
@@ -103,7 +103,7 @@ def read_dialogue(path: str | os.PathLike[str], *, topics: bool = False
         if not line.strip():
             continue
         try:
-            turn = json.loads(line)
+            turn = json_loads(line)
         except ValueError as exc:
             raise InvalidValueError(f"{path}:{line_no}: invalid JSON ({exc})") from None
         if not isinstance(turn, dict) or not isinstance(turn.get("user"), str) or not turn["user"].strip():
@@ -115,6 +115,13 @@ def read_dialogue(path: str | os.PathLike[str], *, topics: bool = False
         if not isinstance(conversation, str):
             raise InvalidValueError(f"{path}:{line_no}: 'conversation' must be a string (1 and \"1\" would be one "
                                     f"conversation); got {type(conversation).__name__} {conversation!r:.40}")
+        try:
+            for field in ("user", "assistant"):
+                unicode(turn.get(field) or "", f"'{field}'")
+            if file_ids:
+                conversation_file(".", conversation)
+        except InvalidValueError as exc:
+            raise InvalidValueError(f"{path}:{line_no}: {exc}") from None
         topic = turn.get("topic")
         if topics and (not isinstance(topic, (str, int)) or isinstance(topic, bool)):
             raise InvalidValueError(f"{path}:{line_no}: a turn needs a 'topic' (a string or an integer) to learn from")
@@ -247,7 +254,7 @@ def _replay(data: Any, journal: Path) -> tuple[int, bool]:
         if not line:
             continue
         try:
-            record = json.loads(line)
+            record = json_loads(line)
             node, tree_state, vector = record["node"], record["tree"], base64.b64decode(record["vector"], validate=True)
             node_id, tree_id, parent = node["id"], node["tree"], node["parent"]
         except (ValueError, KeyError, TypeError) as exc:
@@ -687,11 +694,10 @@ class Forest:
         naming it."""
         path = Path(path)
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = json_loads(path.read_text(encoding="utf-8"))
             base = len(data["nodes"]) if isinstance(data, dict) and isinstance(data.get("nodes"), list) else 0
             journaled, clean = _replay(data, _journal(path))
-        except (OSError, ValueError, TypeError, KeyError, AttributeError, RecursionError) as exc:
-            # UnicodeDecodeError is a ValueError; RecursionError: JSON nested too deep to be a forest
+        except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:  # UnicodeDecodeError: a ValueError
             raise ForestFileError(f"{path}: not a readable forest file ({type(exc).__name__}: {exc})") from None
         try:
             forest = cls.from_dict(data, embedder, **kwargs)

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from chunktree.checks import ChunktreeError, InvalidValueError, number
+from chunktree.checks import ChunktreeError, InvalidValueError, json_loads, number
 
 FEATURES_VERSION = 2
 BASE_FEATURES = ("anchor_similarity", "recent_similarity", "best_similarity", "mean_similarity", "log_tree_size",
@@ -285,7 +285,7 @@ def load_labelled(path: str | Path, *, stitched: int = 60, length: int = 40,
     if path.suffix == ".jsonl":
         return _load_jsonl(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json_loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise InvalidValueError(f"{path}: not a JSON file ({type(exc).__name__}: {exc})") from None
     if is_segmentation_file(data):

@@ -14,14 +14,13 @@ recall and F1 on exact positions. Each is averaged over dialogues, with a 95% bo
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from chunktree.checks import InvalidValueError
+from chunktree.checks import InvalidValueError, json_loads
 
 
 @dataclass(frozen=True)
@@ -60,7 +59,7 @@ def is_segmentation_file(data: Any) -> bool:
 def sniff(path: str | Path) -> str:
     """``"segmentation"`` when the file at ``path`` is a segmentation file, else ``"other"``."""
     try:
-        return "segmentation" if is_segmentation_file(json.loads(Path(path).read_text(encoding="utf-8"))) else "other"
+        return "segmentation" if is_segmentation_file(json_loads(Path(path).read_text(encoding="utf-8"))) else "other"
     except (OSError, ValueError):
         return "other"
 
@@ -69,7 +68,7 @@ def load_segmentation(path: str | Path) -> list[SegmentedDialogue]:
     """The dialogues of a segmentation file; a malformed one is an error naming its index."""
     path = Path(path)
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        data = json_loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise InvalidValueError(f"{path}: not a JSON file ({type(exc).__name__}: {exc})") from None
     if not is_segmentation_file(data):

@@ -472,9 +472,10 @@ def test_track_save_refuses_a_conversation_id_that_is_not_a_file_name(tmp_path, 
     from chunktree.apps.cli import main
 
     path = tmp_path / "d.jsonl"
-    path.write_text(json.dumps({"user": "How long should dough rise?", "conversation": conversation}) + "\n")
+    path.write_text(json.dumps({"user": "How long should dough rise?"}) + "\n"
+                    + json.dumps({"user": "And at what temperature?", "conversation": conversation}) + "\n")
     assert main(["track", str(path), "--no-cache", "--save", str(tmp_path / "forests")]) == 2
-    assert "a conversation id is a string of 1-64 letters, digits, '-' or '_'" in capsys.readouterr().err
+    assert f"{path}:2: a conversation id is a string of 1-64 letters, digits, '-' or '_'" in capsys.readouterr().err
     assert not (tmp_path / "forests").exists()  # refused before any folder or work
     assert sorted(p.name for p in tmp_path.iterdir()) == ["d.jsonl"]
 
@@ -486,6 +487,25 @@ def test_track_refuses_a_conversation_that_is_not_a_string(tmp_path, capsys):
     path.write_text('{"user": "a", "conversation": "1"}\n{"user": "b", "conversation": 1}\n')
     assert main(["track", str(path), "--no-cache"]) == 2
     assert f"{path}:2: 'conversation' must be a string" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"user": "bad \\ud800 text"}', ":3: 'user' is not valid Unicode: a lone surrogate '\\ud800' at character 4"),
+    ('{"user": "fine", "assistant": "\\udfff"}', ":3: 'assistant' is not valid Unicode"),
+    ("[" * 100_000 + "]" * 100_000, ":3: invalid JSON (JSON nested too deeply to be read)"),
+])
+def test_track_names_the_line_of_a_text_it_cannot_read_before_any_work(tmp_path, capsys, monkeypatch, line, message):
+    from chunktree.apps.cli import main
+
+    def no_work(*args, **kwargs):
+        raise AssertionError("embedded before checking every line")
+
+    monkeypatch.setattr("chunktree.apps.cli._embedder", no_work)
+    path = tmp_path / "d.jsonl"
+    path.write_text('{"user": "How long should dough rise?"}\n{"user": "And how warm?"}\n' + line + "\n")
+    assert main(["track", str(path), "--no-cache"]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}{message}" in err and "Traceback" not in err, err
 
 
 def test_a_chunks_file_that_is_not_utf8_and_a_non_string_paragraph_are_named(tmp_path, capsys):

@@ -638,7 +638,8 @@ def test_the_lock_table_holds_only_requests_in_flight(embedder):
         assert service.conversations._locks == {}
 
 
-@pytest.mark.parametrize("query, body", [("budget_tokens=%C2%B2", None), (None, b"[" * 5_000 + b"]" * 5_000)])
+@pytest.mark.parametrize("query, body", [("budget_tokens=%C2%B2", None), ("budget_tokens=" + "9" * 5_000, None),
+                                         (None, b"[" * 5_000 + b"]" * 5_000)])
 def test_odd_inputs_get_4xx_not_500(service, query, body):
     httpx.post(service.url + "/v1/conversations", json={"id": "odd"})
     if query:

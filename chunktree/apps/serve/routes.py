@@ -147,11 +147,14 @@ def _load(service: Service) -> Any:
 
 
 def _budget(value: Any) -> int | None:
+    """``budget_tokens`` from a JSON body or a query string: a positive int (of at most 18 digits in a
+    query string, which is more tokens than any conversation holds)."""
     if value is None:
         return None
     if isinstance(value, str):
-        if not (value.isascii() and value.isdigit()):
-            raise HTTPError(422, f"'budget_tokens' must be a positive int; got {value!r}", "budget_tokens")
+        if not (value.isascii() and value.isdigit()) or len(value) > 18:
+            raise HTTPError(422, f"'budget_tokens' must be a positive int of at most 18 digits; got {value!r:.40}",
+                            "budget_tokens")
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
         raise HTTPError(422, f"'budget_tokens' must be a positive int; got {value!r}", "budget_tokens")

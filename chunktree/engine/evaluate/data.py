@@ -17,13 +17,12 @@ The kind is an evaluation device: it reads gold labels, and nothing that orders 
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from chunktree.checks import InvalidValueError, one_of
+from chunktree.checks import InvalidValueError, json_loads, one_of
 
 FORMATS = ("auto", "squad", "hotpot")
 
@@ -70,7 +69,7 @@ def load(path: str | Path, fmt: str = "auto") -> tuple[str, list[Passage]]:
 def _squad(path: Path, text: str) -> list[Passage]:
     try:
         passages = []
-        for article in json.loads(text)["data"]:
+        for article in json_loads(text)["data"]:
             paragraphs = [p["context"] for p in article["paragraphs"]]
             questions = [
                 Question(qa["question"], (pid,), tuple(a["text"] for a in qa["answers"]),
@@ -100,7 +99,7 @@ def _hotpot(path: Path, text: str) -> list[Passage]:
         if not line.strip():
             continue
         try:
-            row: dict[str, Any] = json.loads(line)
+            row: dict[str, Any] = json_loads(line)
             paragraphs = [p["text"] for p in row["paragraphs"]]
             gold = tuple(i for i, p in enumerate(row["paragraphs"]) if p["supporting"])
             answers = tuple(row["answers"])

@@ -11,7 +11,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from chunktree.checks import InvalidValueError
+from chunktree.checks import InvalidValueError, json_loads
 
 
 @dataclass(frozen=True)
@@ -51,8 +51,8 @@ def parse_memory(text: str) -> dict[str, Any]:
     if start < 0 or end < start:
         raise InvalidValueError("no JSON object in the reply")
     try:
-        data = json.loads(body[start:end + 1])
-    except json.JSONDecodeError as exc:
+        data = json_loads(body[start:end + 1])
+    except ValueError as exc:
         raise InvalidValueError(f"invalid JSON: {exc}") from None
     if not isinstance(data, dict) or not isinstance(data.get("conclusion"), str) \
             or not isinstance(data.get("open_questions", []), list) or not isinstance(data.get("evidence", []), list):
