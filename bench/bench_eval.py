@@ -17,6 +17,7 @@ from conftest import summary
 from chunktree.engine.cache import EmbeddingCache
 from chunktree.engine.evaluate import evaluate_orders, format_report, load
 from chunktree.engine.inputs import default_embedder
+from chunktree.engine.order import DEFAULT_STRATEGY
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 SETS = {"hotpot": "hotpotqa_dev_sample.jsonl", "squad": "squad_shifts_new_wiki_v1.0.json"}
@@ -30,6 +31,7 @@ def test_eval_order(results, name):
     fmt, passages = load(path)
     result = evaluate_orders(passages, default_embedder(), EmbeddingCache())
     results["eval"][name] = {"summary": result["summary"], "report": format_report(result, fmt).splitlines()}
+    results["eval"]["default"] = DEFAULT_STRATEGY
 
 
 @summary

@@ -122,7 +122,7 @@ def _eval(kind: str) -> Callable[[dict[str, Any]], list[str] | None]:
         block = _get(doc, "eval", "hotpot", "summary", kind)
         if not block:
             return None
-        ours, dense = block["orders"]["dense_tree"], block["orders"]["dense"]
+        ours, dense = block["orders"][_get(doc, "eval", "default") or "dense_tree"], block["orders"]["dense"]
         diff = ours["later_gold - dense"]
         return [f"HotpotQA {kind} questions ({block['questions']}): where the later gold paragraph comes (0 first, 1 last)",
                 f"default order {ours['later_gold']['mean']:.3f}", f"dense retrieval order {dense['later_gold']['mean']:.3f}",

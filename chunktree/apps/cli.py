@@ -126,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_corpus_args(p)
     p.add_argument("-q", "--query", default=None, help="the question the reader will answer (picks the root)")
     p.add_argument("--strategy", choices=STRATEGIES, default=DEFAULT_STRATEGY,
-                   help="bfs (CL-ORDER), dfs, guided, dense_tree, or the baselines document and dense "
+                   help="bfs (CL-ORDER), dfs, guided, dense_tree, runs, or the baselines document and dense "
                         "(default %(default)s)")
     p.add_argument("--root", type=int, default=None, help="start from this chunk id")
     p.add_argument("--method", choices=METHODS, default="auto",

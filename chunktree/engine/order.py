@@ -15,6 +15,13 @@
    - ``"dense_tree"``: dense order, each chunk followed at once by its tree neighbours not read
      yet (by descending edge weight), so what a relevant chunk depends on comes right after it;
      without a query, chunks are ranked by centrality (similarity to the mean) instead.
+   - ``"runs"``: the query ranking decides, and a tree edge is followed only where it is strong
+     against what the ranking offers next (``runs_keys``): the chunks within ``RUNS_HEAD`` of the
+     best query similarity come first, by the query; then each step reads the best unread chunk by
+     its query similarity (as a z-score among the chunks), unless a tree edge from a chunk already
+     read is stronger (the edge's weight as a z-score among the tree's edges, less
+     ``RUNS_STRENGTH``); chunks more than ``RUNS_TAIL`` below the best are reached only through the
+     tree, so the rest of the corpus is read a topic's subtree at a time.
 Baselines: ``"document"`` (input order) and ``"dense"`` (descending query similarity).
 """
 
@@ -53,15 +60,22 @@ from chunktree.kernels.traversal import (
     children_csr,
     dfs_order,
     pull_neighbours_order,
+    runs_order,
 )
 
 log = logging.getLogger(__name__)
 
-STRATEGIES = ("bfs", "dfs", "guided", "dense_tree", "document", "dense")
+STRATEGIES = ("bfs", "dfs", "guided", "dense_tree", "runs", "document", "dense")
 NEEDS_QUERY = ("dense",)
 # The default, chosen on bench/bench_eval.py (eval-order on the shared HotpotQA and SQuAD-Shifts sets).
 DEFAULT_STRATEGY = "dense_tree"
 DEFAULT_BLEND = 0.5
+# "runs": cosine gaps below the best query similarity (all-MiniLM-L6-v2's scale) and the edge
+# strength in z units, chosen on the shared HotpotQA and SQuAD-Shifts sets and topic-labelled
+# corpora (bench/eval_runs.py).
+RUNS_HEAD = 0.2
+RUNS_TAIL = 0.35
+RUNS_STRENGTH = 1.0
 METHODS = ("auto", "exact", "sparse")
 # "auto" takes the exact path up to this many chunks. The exact path holds one n x n float32
 # matrix (1.6 GB at n = 20,000); see bench/bench_order.py for the time and memory behind it.
@@ -201,7 +215,7 @@ def order(
     query
         a string (embedded like the chunks) or a vector (d,); optional.
     strategy
-        ``"bfs"`` (CL-ORDER), ``"dfs"``, ``"guided"``, ``"dense_tree"``, or the baselines
+        ``"bfs"`` (CL-ORDER), ``"dfs"``, ``"guided"``, ``"dense_tree"``, ``"runs"``, or the baselines
         ``"document"`` and ``"dense"`` (needs a query).
     root
         a chunk index to start from; default: most similar to the query, else most central.
@@ -279,6 +293,8 @@ def order(
         params["blend"] = blend
         priority = weight.astype(np.float64) if qsim is None else blend * weight + (1.0 - blend) * qsim
         seq = best_first_order(indptr, children, np.int64(root), priority.astype(np.float64))
+    elif strategy == "runs":
+        seq = runs_order(indptr, children, parent, *runs_keys(relevance, weight, parent, root))
     elif strategy == "dense_tree":
         ids = np.arange(n)
         ranking = np.lexsort((ids, -relevance, ids != root)).astype(np.int64)  # the root first, then dense
@@ -292,6 +308,27 @@ def order(
     log.info("ordered %d chunks (%s, %s) in %.3f s", n, strategy, method, timings["total_s"])
     return OrderResult(seq, int(root), parent, parent_sim, qsim, float(weight.sum(dtype=np.float64)),
                        strategy, method, params, timings, **done)
+
+
+def runs_keys(relevance: np.ndarray, weight: np.ndarray, parent: np.ndarray, root: int,
+              head: float = RUNS_HEAD, tail: float = RUNS_TAIL, strength: float = RUNS_STRENGTH
+              ) -> tuple[np.ndarray, np.ndarray]:
+    """The chunk and edge keys of the ``"runs"`` order (``kernels.traversal.runs_order``), in
+    three tiers ``span`` apart so that no key crosses into another tier: the root and the chunks
+    within ``head`` of the best ``relevance`` on top, by relevance; the middle tier holds the
+    other chunks' relevance z-scores and the edges' weight z-scores less ``strength`` (an edge
+    lifts a chunk into the middle tier's order); chunks more than ``tail`` below the best sit at
+    the bottom and come in through the tree's edges."""
+    rel = relevance.astype(np.float64)
+    zq = (rel - rel.mean()) / max(float(rel.std()), 1e-12)
+    edges = weight[parent >= 0].astype(np.float64)
+    spread = max(float(edges.std()), 1e-12) if edges.size else 1.0
+    ze = (weight.astype(np.float64) - (edges.mean() if edges.size else 0.0)) / spread - strength
+    span = 2.0 * max(float(np.abs(zq).max()), float(np.abs(ze[parent >= 0]).max(initial=0.0))) + 1.0
+    best = rel.max()
+    tier = np.where(rel >= best - head, 2.0, np.where(rel < best - tail, 0.0, 1.0))
+    tier[root] = 3.0
+    return tier * span + zq, span + ze
 
 
 def sparse_neighbours(x: np.ndarray, k: int, n_clusters: int, probes: int, seed: int = 0,

@@ -151,7 +151,7 @@ def tree_layout(parent: np.ndarray, nodes: np.ndarray, position: np.ndarray) -> 
 def _drawn_tree(result: Any, max_nodes: int) -> tuple[np.ndarray, np.ndarray]:
     if result.parent is None:
         raise InvalidValueError(f"strategy {result.strategy!r} builds no tree to draw; use a tree strategy "
-                                "(bfs, dfs, guided, dense_tree)")
+                                "(bfs, dfs, guided, dense_tree, runs)")
     positive_int(max_nodes, "max_nodes")
     nodes = result.order[:max_nodes].astype(np.int64)
     position = np.empty(result.order.size, np.int64)

@@ -1,5 +1,6 @@
 """Orders of a rooted tree given as children lists (CSR): breadth-first, depth-first, best-first
-by a priority, and a ranking with each vertex's tree neighbours pulled in after it."""
+by a priority, a ranking with each vertex's tree neighbours pulled in after it, and runs (a
+ranking in which a tree edge to what was read can lift a vertex ahead)."""
 
 import numpy as np
 from numba import njit
@@ -59,52 +60,98 @@ def dfs_order(indptr, children, root):  # pragma: no cover - compiled
     return order[:count]
 
 
+@njit(cache=True)
+def _heap_push(keys, vertices, size, key, v):  # pragma: no cover - compiled
+    """Push (key, v) onto the binary heap held in ``keys[:size]``, ``vertices[:size]``; its top
+    is the highest key, ties to the lower vertex. Returns the new size."""
+    i = size
+    while i > 0:
+        p = (i - 1) // 2
+        if key > keys[p] or (key == keys[p] and v < vertices[p]):
+            keys[i], vertices[i] = keys[p], vertices[p]
+            i = p
+        else:
+            break
+    keys[i], vertices[i] = key, v
+    return size + 1
+
+
+@njit(cache=True)
+def _heap_pop(keys, vertices, size):  # pragma: no cover - compiled
+    """Take the top of the heap: (its key, its vertex, the new size)."""
+    top_key, top = keys[0], vertices[0]
+    size -= 1
+    key, last = keys[size], vertices[size]
+    i = 0
+    while True:  # sift the last element down from the top
+        a = 2 * i + 1
+        if a >= size:
+            break
+        b = a + 1
+        if b < size and (keys[b] > keys[a] or (keys[b] == keys[a] and vertices[b] < vertices[a])):
+            a = b
+        if keys[a] > key or (keys[a] == key and vertices[a] < last):
+            keys[i], vertices[i] = keys[a], vertices[a]
+            i = a
+        else:
+            break
+    keys[i], vertices[i] = key, last
+    return top_key, top, size
+
+
 @njit("int64[:](int64[:], int64[:], int64, float64[:])", cache=True)
 def best_first_order(indptr, children, root, priority):  # pragma: no cover - compiled
     """Vertices reachable from ``root``, each step taking the frontier vertex (a child of one
     already taken) of highest ``priority``; ties to the lower index. A binary heap: O(n log n)."""
     n = indptr.shape[0] - 1
     order = np.empty(n, dtype=np.int64)
-    heap_key = np.empty(n, dtype=np.float64)
-    heap_vertex = np.empty(n, dtype=np.int64)
-    size = 0
-    count = 0
-    v = root
+    keys = np.empty(n, dtype=np.float64)
+    vertices = np.empty(n, dtype=np.int64)
+    size, count, v = 0, 0, root
     while True:
         order[count] = v
         count += 1
-        for j in range(indptr[v], indptr[v + 1]):  # push the children of v
-            c = children[j]
-            i = size
-            size += 1
-            while i > 0:  # sift up: the heap's top is the highest priority, then the lowest index
-                p = (i - 1) // 2
-                if priority[c] > heap_key[p] or (priority[c] == heap_key[p] and c < heap_vertex[p]):
-                    heap_key[i], heap_vertex[i] = heap_key[p], heap_vertex[p]
-                    i = p
-                else:
-                    break
-            heap_key[i], heap_vertex[i] = priority[c], c
+        for j in range(indptr[v], indptr[v + 1]):
+            size = _heap_push(keys, vertices, size, priority[children[j]], children[j])
         if size == 0:
             break
-        v = heap_vertex[0]
-        size -= 1
-        key, last = heap_key[size], heap_vertex[size]
-        i = 0
-        while True:  # sift the last element down from the top
-            a = 2 * i + 1
-            if a >= size:
-                break
-            b = a + 1
-            if b < size and (heap_key[b] > heap_key[a] or (heap_key[b] == heap_key[a] and heap_vertex[b] < heap_vertex[a])):
-                a = b
-            if heap_key[a] > key or (heap_key[a] == key and heap_vertex[a] < last):
-                heap_key[i], heap_vertex[i] = heap_key[a], heap_vertex[a]
-                i = a
-            else:
-                break
-        heap_key[i], heap_vertex[i] = key, last
+        _, v, size = _heap_pop(keys, vertices, size)
     return order[:count]
+
+
+@njit("int64[:](int64[:], int64[:], int64[:], float64[:], float64[:])", cache=True)
+def runs_order(indptr, children, parent, chunk_key, edge_key):  # pragma: no cover - compiled
+    """Every vertex, each step taking the unread one of highest key: its own ``chunk_key``, or
+    ``edge_key[e]`` of a tree edge ``e`` to a vertex already read when that is higher
+    (``edge_key[c]`` is the key of the edge from ``c`` to its parent). Ties to the lower index.
+    A binary heap with lazy updates: O(n log n)."""
+    n = parent.shape[0]
+    key = chunk_key.copy()
+    keys = np.empty(2 * n, dtype=np.float64)  # n vertices, and at most one raise per edge
+    vertices = np.empty(2 * n, dtype=np.int64)
+    size = 0
+    for v in range(n):
+        size = _heap_push(keys, vertices, size, key[v], v)
+    read = np.zeros(n, dtype=np.bool_)
+    order = np.empty(n, dtype=np.int64)
+    count = 0
+    while size > 0:
+        k, v, size = _heap_pop(keys, vertices, size)
+        if read[v] or k != key[v]:  # read already, or a key since raised
+            continue
+        read[v] = True
+        order[count] = v
+        count += 1
+        p = parent[v]
+        if p >= 0 and not read[p] and edge_key[v] > key[p]:
+            key[p] = edge_key[v]
+            size = _heap_push(keys, vertices, size, key[p], p)
+        for j in range(indptr[v], indptr[v + 1]):
+            c = children[j]
+            if not read[c] and edge_key[c] > key[c]:
+                key[c] = edge_key[c]
+                size = _heap_push(keys, vertices, size, key[c], c)
+    return order
 
 
 @njit("int64[:](int64[:], int64[:], int64[:], float32[:], int64[:])", cache=True)

@@ -184,7 +184,7 @@ def test_texts_are_embedded(embedder):
     ({"query": np.ones(3)}, ValueError, r"vector of 2 dims; got shape \(3,\)"),
     ({"query": np.zeros(2)}, ValueError, "query has zero-norm"),
     ({"strategy": "random"}, ValueError,
-     r"strategy must be one of \['bfs', 'dfs', 'guided', 'dense_tree', 'document', 'dense'\]; got 'random'"),
+     r"strategy must be one of \['bfs', 'dfs', 'guided', 'dense_tree', 'runs', 'document', 'dense'\]; got 'random'"),
     ({"strategy": "guided", "blend": 1.5}, ValueError, r"blend must be a number in \[0.0, 1.0\]; got 1.5"),
     ({"method": "fast"}, ValueError, "method must be one of .*got 'fast'"),
     ({"root": 3}, ValueError, r"root \(a chunk index\) must be in \[0, 2\]; got 3"),

@@ -37,7 +37,7 @@ from chunktree.engine.read.llm import Completion
 from chunktree.paths import cache_dir
 from chunktree.progress import tracked
 
-LLM_ORDERS = ("document", "dense", "bfs", "dense_tree")
+LLM_ORDERS = ("document", "dense", "bfs", "dense_tree", "runs")
 
 
 def normalize_answer(text: str) -> str:

@@ -41,7 +41,7 @@ from chunktree.engine.order import DEFAULT_BLEND, order
 from chunktree.engine.read.extractive import MEMORY_AWARE_WEIGHT, ExtractiveWorker, Sentences
 from chunktree.progress import tracked
 
-ORDERS = ("document", "dense", "bfs", "dfs", "guided", "dense_tree", "random")
+ORDERS = ("document", "dense", "bfs", "dfs", "guided", "dense_tree", "runs", "random")
 READERS = {"query": 0.0, "memory": MEMORY_AWARE_WEIGHT}  # reader name -> memory_weight
 POSITION_METRICS = ("later_gold", "gap", "adjacent", "first3", "entity_distance")
 READER_METRICS = ("gold_all", "gold_each", "answer_held")
