@@ -87,6 +87,62 @@ def test_kmeans(benchmark, results, datasets, method, n, k):
     benchmark.extra_info.update(row)
 
 
+SMALL = (20000, 100, 150)  # n, K, topics of the synthetic data
+
+
+def test_small_k(results):
+    """``select`` and ``MiniBatchKMeans.fit`` against ``faiss.Kmeans(d, K, niter=20).train`` and the
+    inertia of scikit-learn's ``KMeans(n_init=1)``, per seed, all in this run."""
+    pytest.importorskip("faiss")
+    pytest.importorskip("sklearn")
+    import faiss
+    from sklearn.cluster import KMeans
+
+    from chunktree import select
+
+    n, k, topics = SMALL
+    x = synthetic_embeddings(n, topics=topics, seed=1)
+    select(x[:2000], 10)  # compiled kernels loaded
+    def faiss_train(seed):
+        km = faiss.Kmeans(x.shape[1], k, niter=20, seed=seed)
+        km.train(x)
+        return km
+
+    def warm(fn, seed):
+        fn(seed)  # the second run is timed: both libraries warm
+        t = time.perf_counter()
+        out = fn(seed)
+        return out, time.perf_counter() - t
+
+    rows = []
+    for seed in SEEDS:
+        _, select_s = warm(lambda s: select(x, k, seed=s), seed)
+        fitted, fit_s = warm(lambda s: MiniBatchKMeans(k, random_state=s).fit(x), seed)
+        km, faiss_s = warm(faiss_train, seed)
+        rows.append({"seed": seed, "select_s": select_s, "fit_s": fit_s, "faiss_s": faiss_s,
+                     "inertia": inertia(x, fitted.cluster_centers_), "faiss_inertia": inertia(x, km.centroids),
+                     "sklearn_inertia": float(KMeans(k, n_init=1, random_state=seed).fit(x).inertia_)})
+    results["select"]["small"] = rows
+
+
+@summary
+def small_summary(results):
+    rows = results.get("select", {}).get("small")
+    if not rows:
+        return []
+    n, k, topics = SMALL
+    lines = []
+    for r in rows:
+        ratio = r["inertia"] / r["sklearn_inertia"]
+        ok = r["select_s"] <= r["faiss_s"] and ratio <= 1.005
+        lines.append(f"k-means n={n:,} K={k} ({topics} topics), seed {r['seed']}: select {r['select_s']:.3f} s, fit "
+                     f"{r['fit_s']:.3f} s, faiss.Kmeans(niter=20).train {r['faiss_s']:.3f} s (select / faiss "
+                     f"{r['select_s'] / r['faiss_s']:.2f}); inertia / sklearn KMeans(n_init=1) {ratio:.4f}, faiss's "
+                     f"{r['faiss_inertia'] / r['sklearn_inertia']:.4f} (goal no slower, <= 1.005: "
+                     f"{'met' if ok else 'NOT met'})")
+    return lines
+
+
 MANY_N = int(os.environ.get("CHUNKTREE_BENCH_SELECT_N", "100000"))
 MANY_K = int(os.environ.get("CHUNKTREE_BENCH_SELECT_K", "1000"))
 

@@ -24,6 +24,10 @@ from chunktree.engine.chunking import Chunk
 from chunktree.engine.embedding import EmbedStats, embed_texts
 from chunktree.models.embedder import Embedder
 
+# Dimensions whose bytes key the duplicate search (``Inputs.first_copies``): distinct embeddings
+# differ in nearly every dimension, and rows sharing a key are compared whole.
+HASHED_DIMS = 16
+
 
 @functools.lru_cache(maxsize=1)
 def default_embedder() -> Embedder:
@@ -76,16 +80,16 @@ class Inputs:
         """int64 (n,): for each chunk, the first chunk with the same vector (itself if none).
 
         Equal texts embed to equal vectors, so this finds exact-duplicate chunks too. A hash of
-        each row's bytes (integer arithmetic: a float product of equal rows can differ in its last
-        bit with the row's place in a BLAS block) groups the candidates in O(n·d); rows that share
-        a hash are compared exactly.
+        the bytes of ``HASHED_DIMS`` fixed dimensions of each row (integer arithmetic: a float
+        product of equal rows can differ in its last bit with the row's place in a BLAS block)
+        groups the candidates in O(n); rows that share a hash are compared exactly, whole.
         """
         x, n = self.vectors, self.n
         words = x.view(np.uint32)
-        weights = np.random.default_rng(0).integers(1, 2**63, words.shape[1], dtype=np.uint64) | np.uint64(1)
-        keys = np.empty(n, dtype=np.uint64)
-        for start in range(0, n, 16384):  # blocks bound the uint64 copy
-            keys[start:start + 16384] = (words[start:start + 16384].astype(np.uint64) * weights).sum(axis=1)
+        rng = np.random.default_rng(0)
+        dims = np.sort(rng.choice(words.shape[1], min(HASHED_DIMS, words.shape[1]), replace=False))
+        weights = rng.integers(1, 2**63, dims.size, dtype=np.uint64) | np.uint64(1)
+        keys = (words[:, dims].astype(np.uint64) * weights).sum(axis=1)
         order = np.argsort(keys, kind="stable")  # equal keys keep input order
         sorted_keys = keys[order]
         starts = np.flatnonzero(np.r_[True, sorted_keys[1:] != sorted_keys[:-1]])

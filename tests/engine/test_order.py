@@ -310,3 +310,20 @@ def test_the_result_counts_exact_duplicates():
     x[29] = x[0]
     assert order(x).params["duplicates"] == 4
     assert order(["a", "b", "a", "c", "b"]).params["duplicates"] == 2
+
+
+def test_rows_alike_in_the_hashed_dimensions_are_not_taken_for_copies():
+    from chunktree.engine.inputs import HASHED_DIMS, prepare
+
+    rng = np.random.default_rng(6)
+    x = rng.standard_normal((40, 64)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    x[11] = x[2]
+    hashed = np.sort(np.random.default_rng(0).choice(64, HASHED_DIMS, replace=False))
+    a, b = np.setdiff1d(np.arange(64), hashed)[:2]
+    x[12] = x[2]
+    x[12, [a, b]] = x[2, [b, a]]  # row 2 in every hashed dimension, and its norm; two others swapped
+    inputs = prepare(x)
+    assert np.array_equal(inputs.vectors[12, hashed], inputs.vectors[2, hashed])
+    first = inputs.first_copies()
+    assert first[11] == 2 and first[12] == 12 and (first == np.arange(40)).sum() == 39
