@@ -3,14 +3,8 @@
 fit: k-means++ seeding on a sample, mini-batch steps with per-centre learning rates (a centre
 moves towards its batch mean by count_in_batch / count_so_far), stopping when the centres barely
 move or a smoothed batch inertia stops improving; then ``refine`` full Lloyd passes and one full
-assignment for ``labels_`` and ``inertia_``.
-
-When the data is small against the mini-batch phase (n at most ``max_steps`` batches, so that the
-steps would read every row anyway) Lloyd's algorithm does better for less: k-means++ seeding on
-``SMALL_SEEDING_PER_CENTRE`` rows per centre, Lloyd passes on a sample of ``SMALL_SAMPLE_PER_CENTRE``
-rows per centre until the inertia improves by less than ``tol``, then ``refine`` + 1 full passes.
-
-Every random draw comes from ``random_state``: the same seed gives the same result.
+assignment for ``labels_`` and ``inertia_``. Every random draw comes from ``random_state``:
+the same seed gives the same result.
 """
 
 from __future__ import annotations
@@ -35,12 +29,6 @@ ROWS_PER_CENTRE = 8
 # below that): seeding is K sequential passes over the sample. Chosen on the same case: time
 # against faiss.Kmeans at an inertia within 1% of its.
 SEEDING_ROWS = 20_000
-# Small data (Lloyd's algorithm): rows per centre for the seeding and for the sampled Lloyd passes.
-# Chosen on bench/bench_select.py test_small_k (n = 20,000, K = 100; time against faiss.Kmeans,
-# inertia against scikit-learn's KMeans): fewer seeding rows cost inertia, more cost time.
-SMALL_SEEDING_PER_CENTRE = 40
-SMALL_SAMPLE_PER_CENTRE = 100
-MAX_LLOYD_PASSES = 100
 
 
 class MiniBatchKMeans:
@@ -57,13 +45,11 @@ class MiniBatchKMeans:
         at most this many mini-batch steps.
     tol
         stop when the squared centre movement of a step is below tol times the data's mean
-        per-feature variance (0 disables); on small data, when a Lloyd pass improves the
-        sample's inertia by less than tol of it.
+        per-feature variance (0 disables).
     max_no_improvement
         stop after this many steps without a new best smoothed batch inertia.
     refine
-        full Lloyd passes after the mini-batch phase (on small data: after the sampled passes,
-        and one more).
+        full Lloyd passes after the mini-batch phase.
     init_size
         rows sampled for k-means++ seeding (default max(3 * batch_size, 100 * K), that
         at most ``SEEDING_ROWS``; capped at n).
@@ -85,10 +71,10 @@ class MiniBatchKMeans:
     n_features_in_
         d.
     n_steps_
-        mini-batch steps taken (0 on small data: Lloyd's algorithm ran).
+        mini-batch steps taken.
     n_iter_
-        passes over the data (mini-batch steps or sampled Lloyd passes as whole passes, plus
-        the full Lloyd passes); set by ``fit``.
+        passes over the data (mini-batch steps as whole passes, plus the Lloyd passes);
+        set by ``fit``.
     """
 
     def __init__(self, n_clusters: int = 8, *, batch_size: int = 1024, max_steps: int = 50, tol: float = 1e-4,
@@ -146,13 +132,10 @@ class MiniBatchKMeans:
             return self.random_state
         return np.random.default_rng(self.random_state)
 
-    def _init_centers(self, x: np.ndarray, rng: np.random.Generator, sample: np.ndarray | None = None) -> np.ndarray:
-        """k-means++ on ``sample`` (row indices; default a random draw of ``init_size`` rows),
-        the best of ``n_init`` seedings by their inertia on it."""
+    def _init_centers(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
         n, k = x.shape[0], self.n_clusters
-        if sample is None:
-            size = min(n, self.init_size or max(3 * self.batch_size, min(100 * k, SEEDING_ROWS)))
-            sample = np.sort(rng.choice(n, size=size, replace=False)) if size < n else np.arange(n)
+        size = min(n, self.init_size or max(3 * self.batch_size, min(100 * k, SEEDING_ROWS)))
+        sample = np.sort(rng.choice(n, size=size, replace=False)) if size < n else np.arange(n)
         xs = x[sample]
         best, best_inertia = xs[:0], math.inf
         for _ in range(self.n_init):  # keep the seeding with the lowest inertia on the sample
@@ -182,12 +165,10 @@ class MiniBatchKMeans:
         self._check_params(n)
         rng = self._rng()
         k = self.n_clusters
-        batch = min(max(self.batch_size, ROWS_PER_CENTRE * k), n)
-        x_sq = np.einsum("ij,ij->i", x, x)
-        if n <= self.max_steps * batch:
-            return self._fit_small(x, x_sq, rng)
         centers = self._init_centers(x, rng)
         counts = np.zeros(k, dtype=np.int64)
+        batch = min(max(self.batch_size, ROWS_PER_CENTRE * k), n)
+        x_sq = np.einsum("ij,ij->i", x, x)
         mean = x.mean(axis=0, dtype=np.float64)
         mean_variance = (float(x_sq.mean(dtype=np.float64)) - float(mean @ mean)) / x.shape[1]
         tol = self.tol * mean_variance
@@ -222,44 +203,6 @@ class MiniBatchKMeans:
         self.n_steps_ = steps
         self.n_iter_ = math.ceil(steps * batch / n) + self.refine
         self._counts = counts
-        return self
-
-    def _fit_small(self, x: np.ndarray, x_sq: np.ndarray, rng: np.random.Generator) -> MiniBatchKMeans:
-        """Lloyd's algorithm: seeding and passes on samples, then full passes (the module notes)."""
-        n, k = x.shape[0], self.n_clusters
-        order = rng.permutation(n)
-        seeding = np.sort(order[:min(n, self.init_size or SMALL_SEEDING_PER_CENTRE * k)])
-        centers = self._init_centers(x, rng, seeding)
-        sample = np.sort(order[:min(n, SMALL_SAMPLE_PER_CENTRE * k)])
-        passes = 0
-        if sample.size < n:
-            xs, xs_sq = x[sample], x_sq[sample]
-            labels, dist_sq = assign(xs, centers, xs_sq)
-            inertia = float(dist_sq.sum(dtype=np.float64))
-            while passes < MAX_LLOYD_PASSES:
-                passes += 1
-                centers = self._lloyd_update(xs, labels, dist_sq, centers)
-                labels, dist_sq = assign(xs, centers, xs_sq)
-                before, inertia = inertia, float(dist_sq.sum(dtype=np.float64))
-                if before - inertia <= self.tol * inertia:
-                    break
-        labels, dist_sq = assign(x, centers, x_sq)
-        full = self.refine + 1 if sample.size < n else MAX_LLOYD_PASSES
-        inertia = float(dist_sq.sum(dtype=np.float64))
-        for _ in range(full):
-            centers = self._lloyd_update(x, labels, dist_sq, centers)
-            labels, dist_sq = assign(x, centers, x_sq)
-            before, inertia = inertia, float(dist_sq.sum(dtype=np.float64))
-            passes += 1
-            if sample.size == n and before - inertia <= self.tol * inertia:
-                break
-        self.cluster_centers_ = centers
-        self.labels_ = labels
-        self.inertia_ = inertia
-        self.n_features_in_ = x.shape[1]
-        self.n_steps_ = 0
-        self.n_iter_ = passes
-        self._counts = np.bincount(labels, minlength=k).astype(np.int64)
         return self
 
     @staticmethod
