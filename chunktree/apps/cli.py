@@ -160,6 +160,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="without -k: as many clusters as the representatives' tokens allow")
     p.add_argument("--balance", action="store_true",
                    help="give small topics a better chance of a cluster of their own")
+    p.add_argument("--coverage", action="store_true",
+                   help="choose the representatives to cover more distinct topics (facility location over "
+                        "fine clusters) instead of one per K-means cluster")
     p.add_argument("--seed", type=int, default=0, help="K-means seed (default %(default)s)")
     p.add_argument("--format", choices=("text", "json", "jsonl"), default="text",
                    help="text: a summary and each cluster's representatives; json: the whole result (what the "
@@ -573,7 +576,8 @@ def cmd_select(args: argparse.Namespace) -> int:
     _check_pictures(args)
     embedder, chunks, chunk_s = _load_chunks(args)
     result = select(chunks, k, per_cluster=args.per_cluster, budget_tokens=args.budget_tokens,
-                    balance=args.balance, seed=args.seed, embedder=embedder, cache=_open_cache(args),
+                    balance=args.balance, coverage=args.coverage, seed=args.seed, embedder=embedder,
+                    cache=_open_cache(args),
                     progress=_progress(args))
     _write_pictures(args, result)
     doc = _with_chunk_time(result.to_dict(), chunk_s)

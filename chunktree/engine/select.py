@@ -14,6 +14,13 @@ kept one. On imbalanced draws of BBC News (label sizes 400/160/60/25/10) it rais
 coverage at K = 5 from 56-60% to 64-70%; on the balanced set it cost 96% -> 94% and on the
 sample's chapters 60.6% -> 57.0% at K = 135 (bench/eval_select.py), so it is opt-in.
 
+``coverage=True`` chooses the K representatives to cover the corpus instead of one per K-means
+cluster (which repeats big topics): over-cluster into 4K fine clusters, take each fine cluster's
+medoid (its member nearest its centre) as a candidate, and pick K of them greedily by facility
+location, each candidate weighted by the square root of its cluster's size:
+maximise sum_c sqrt(size_c) * max_{s in S} max(0, cos(c, s)). Every chunk then joins its nearest
+representative. Its figures against plain K-means are on the benchmark page (eval_select).
+
 Clusters are returned in the input order of their first representative, so the selection reads
 in document order.
 """
@@ -187,6 +194,7 @@ def select(
     budget_tokens: int | None = None,
     tokens: Sequence[int] | np.ndarray | None = None,
     balance: bool = False,
+    coverage: bool = False,
     seed: int = 0,
     embedder: Any = None,
     cache: EmbeddingCache | None = None,
@@ -211,6 +219,9 @@ def select(
         counted with ``Embedder.count_tokens`` for chunks and strings).
     balance
         give small topics a better chance of a cluster of their own (see the module notes).
+    coverage
+        choose the representatives by facility location over fine clusters, to cover more
+        distinct topics for the same K (see the module notes); not with ``balance``.
     seed
         K-means seed; the same seed gives the same selection.
     progress
@@ -219,13 +230,17 @@ def select(
     per_cluster = positive_int(per_cluster, "per_cluster")
     _check_k(k, budget_tokens)
     integer(seed, "seed", 0)
-    if not isinstance(balance, (bool, np.bool_)):
-        raise InvalidTypeError(f"balance must be a bool; got {balance!r}")
+    for flag, name in ((balance, "balance"), (coverage, "coverage")):
+        if not isinstance(flag, (bool, np.bool_)):
+            raise InvalidTypeError(f"{name} must be a bool; got {flag!r}")
+    if balance and coverage:
+        raise InvalidValueError("balance and coverage are two ways of choosing the clusters; give one of them")
     t0 = time.perf_counter()
     inputs = prepare(chunks_or_embeddings, embedder=embedder, cache=cache, progress=progress)
     timings = {"embed_s": time.perf_counter() - t0}
     x, n = inputs.vectors, inputs.n
-    params: dict[str, Any] = {"n": n, "per_cluster": per_cluster, "seed": seed, "balance": bool(balance)}
+    params: dict[str, Any] = {"n": n, "per_cluster": per_cluster, "seed": seed, "balance": bool(balance),
+                              "coverage": bool(coverage)}
     t1 = time.perf_counter()
     if k is None:
         counts = _token_counts(tokens, n) if tokens is not None else inputs.token_counts()
@@ -243,6 +258,8 @@ def select(
 
     if balance:
         centers, labels, dist_sq, steps = _balanced_clusters(x, k, seed)
+    elif coverage:
+        centers, labels, dist_sq, steps = _covering_clusters(x, k, seed)
     else:
         model = MiniBatchKMeans(k, random_state=seed).fit(x)
         centers, labels, steps = model.cluster_centers_, model.labels_, model.n_steps_
@@ -287,6 +304,33 @@ def select(
     inertia = float(dist_sq.sum(dtype=np.float64))
     return SelectResult(clusters, relabel, np.ascontiguousarray(centers[kept], dtype=np.float32), k, inertia,
                         params, timings, inputs.embedding, inputs.items, x)
+
+
+def _covering_clusters(x: np.ndarray, k: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+    """K clusters around K medoids of 4K fine clusters chosen greedily by facility location (the
+    module notes), every row joined to the nearest one. Returns what ``_balanced_clusters`` does."""
+    fine = MiniBatchKMeans(min(x.shape[0], 4 * k), random_state=seed).fit(x)
+    m = fine.cluster_centers_.shape[0]
+    near = assign(x, fine.cluster_centers_)[1]
+    by_cluster = np.lexsort((near, fine.labels_))  # rows by fine cluster, nearest its centre first
+    sizes = np.bincount(fine.labels_, minlength=m)
+    starts = np.r_[0, np.cumsum(sizes)[:-1]]
+    full = sizes > 0
+    medoids = by_cluster[starts[full]]
+    weight = np.sqrt(sizes[full].astype(np.float64))
+    unit = x[medoids] / np.maximum(np.linalg.norm(x[medoids], axis=1, keepdims=True), 1e-12)
+    sim = np.maximum(unit @ unit.T, 0.0).astype(np.float64)
+    best = np.zeros(medoids.size)
+    chosen: list[int] = []
+    for _ in range(min(k, medoids.size)):
+        gain = weight @ np.maximum(sim - best[:, None], 0.0)
+        gain[chosen] = -1.0
+        j = int(np.argmax(gain))
+        chosen.append(j)
+        best = np.maximum(best, sim[:, j])
+    centers = np.ascontiguousarray(x[medoids[chosen]], dtype=np.float32)
+    labels, dist_sq = assign(x, centers)
+    return centers, labels, dist_sq, fine.n_steps_
 
 
 def _balanced_clusters(x: np.ndarray, k: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:

@@ -209,6 +209,12 @@ def test_select_json(tmp_path, cli, corpus):
             assert open(rep["source"], encoding="utf-8").read()[rep["start"]:rep["end"]] == rep["text"]
     ids = [rep["id"] for c in doc["clusters"] for rep in c["representatives"]]
     assert len(set(ids)) == len(ids)
+    covering = cli("select", str(corpus), "-k", "2", "--coverage", "--format", "json",
+                   "--cache", str(tmp_path / "c.sqlite"), "--chunk-tokens", "64", "--overlap", "0")
+    assert covering.returncode == 0, covering.stderr
+    doc = loads(covering.stdout)
+    assert doc["params"]["coverage"] is True and len(doc["clusters"]) == 2
+    assert sorted(i for c in doc["clusters"] for i in c["members"]) == list(range(doc["n_chunks"]))
 
 
 @pytest.mark.parametrize("args, message", [

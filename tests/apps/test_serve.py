@@ -134,6 +134,10 @@ def test_select_equals_library(service, embedder):
     want = select(embedder.embed(SENTENCES), 2, per_cluster=2)
     got = [[rep["id"] for rep in c["representatives"]] for c in r.json()["clusters"]]
     assert got == [list(c.representatives) for c in want.clusters]
+    r = httpx.post(service.url + "/v1/select", json={"texts": SENTENCES, "k": 2, "coverage": True})
+    want = select(embedder.embed(SENTENCES), 2, coverage=True)
+    assert r.status_code == 200 and r.json()["params"]["coverage"] is True
+    assert [c["representatives"][0]["id"] for c in r.json()["clusters"]] == want.representatives
 
 
 @pytest.mark.parametrize("path, payload, status, message", [
@@ -155,6 +159,7 @@ def test_select_equals_library(service, embedder):
     ("/v1/select", {"texts": SENTENCES, "k": 9}, 422, "k must be in [1, n_chunks=4]; got 9"),
     ("/v1/select", {"texts": SENTENCES, "k": 2, "seed": -1}, 422, "seed must be >= 0; got -1"),
     ("/v1/select", {"texts": SENTENCES, "k": "2"}, 422, "'k' must be int; got str"),
+    ("/v1/select", {"texts": SENTENCES, "k": 2, "coverage": 1}, 422, "'coverage' must be bool; got int"),
 ])
 def test_bad_requests(service, path, payload, status, message):
     r = httpx.post(service.url + path, json=payload)

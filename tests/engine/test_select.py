@@ -100,6 +100,8 @@ def test_chunks_keep_provenance(embedder):
     ({"budget_tokens": 100, "tokens": np.full(3, 10)}, "tokens must be 50 non-negative ints"),
     ({"k": 3, "per_cluster": 0}, "per_cluster must be >= 1; got 0"),
     ({"k": 3, "seed": -1}, "seed must be >= 0; got -1"),
+    ({"k": 3, "coverage": "yes"}, "coverage must be a bool; got 'yes'"),
+    ({"k": 3, "balance": True, "coverage": True}, "balance and coverage are two ways of choosing the clusters"),
 ])
 def test_bad_input(kwargs, message):
     x, _ = topics(n=50, seed=6)
@@ -125,6 +127,33 @@ def test_balance_gives_small_topics_their_own_cluster():
             assert c.distances[0] == pytest.approx(d_all.min(), abs=1e-5)
 
 
+def test_coverage_represents_topics_that_plain_k_means_leaves_out():
+    # Three big spread-out topics and five small tight ones, K = the eight topics: plain K-means
+    # spends centres on the big topics' spread and leaves small ones out; coverage represents more
+    # of the topics for every seed. Every chunk is in exactly one cluster, nearest its representative.
+    rng = np.random.default_rng(11)
+    d = 24
+    centres = 5 * rng.standard_normal((8, d))
+    sizes = [300, 300, 300, 15, 15, 15, 15, 15]
+    spread = [2.5, 2.5, 2.5, 0.6, 0.6, 0.6, 0.6, 0.6]
+    truth = np.repeat(np.arange(8), sizes)
+    x = centres[truth] + np.repeat(spread, sizes)[:, None] * rng.standard_normal((len(truth), d))
+    x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
+    covered = {"plain": [], "coverage": []}
+    for seed in range(3):
+        for name, flag in (("plain", False), ("coverage", True)):
+            r = select(x, 8, coverage=flag, seed=seed)
+            covered[name].append(len({int(truth[c.representatives[0]]) for c in r.clusters}))
+            assert sorted(i for c in r.clusters for i in c.members) == list(range(len(truth)))
+            if flag:
+                assert r.params["coverage"] is True
+                for c in r.clusters:  # every member is nearest its own cluster's representative
+                    rep = x[list(r.representatives)]
+                    own = [r.representatives.index(c.representatives[0])] * len(c.members)
+                    assert (np.argmax(x[list(c.members)] @ rep.T, axis=1) == own).all()
+    assert all(c > p for c, p in zip(covered["coverage"], covered["plain"])), covered
+
+
 def test_identical_chunks_make_one_cluster_and_the_result_says_so(caplog):
     x = np.tile(unit_topics(1, d=16)[0], (20, 1))
     with caplog.at_level("WARNING"):
@@ -139,8 +168,8 @@ def test_duplicates_share_a_cluster_and_never_represent_one():
     rng = np.random.default_rng(4)
     copies = rng.integers(0, 60, 40)
     x = np.concatenate([base, base[copies]])  # rows 60.. repeat earlier rows exactly
-    for balance in (False, True):
-        r = select(x, 6, per_cluster=4, balance=balance)
+    for flags in ({}, {"balance": True}, {"coverage": True}):
+        r = select(x, 6, per_cluster=4, **flags)
         for i, j in zip(range(60, 100), copies):
             assert r.labels[i] == r.labels[j]
         reps = r.representatives

@@ -7,7 +7,7 @@ result's own ``to_dict()``: the same JSON that ``chunktree order|select --format
                          ``encoding_format``: ``float`` or ``base64``; a ``model`` other than the
                          served one's name or id is 404 ``model_not_found``)
     POST /v1/order       ``texts`` (+ ``query``, ``strategy``, ``root``)
-    POST /v1/select      ``texts``, ``k`` (+ ``per_cluster``, ``balance``, ``seed``)
+    POST /v1/select      ``texts``, ``k`` (+ ``per_cluster``, ``balance``, ``coverage``, ``seed``)
     POST /v1/conversations              a new topic forest (optional ``id``)
     POST /v1/conversations/{id}/turns   ``user`` (+ ``assistant``, ``budget_tokens``): the decision and
                                         the context for the next turn
@@ -123,8 +123,10 @@ async def select_endpoint(service: Service, body: dict[str, Any], params: dict[s
         raise HTTPError(422, "'k' (the number of clusters) is required", "k")
     per_cluster = optional_field(body, "per_cluster", int, 1)
     balance = optional_field(body, "balance", bool, False)
+    coverage = optional_field(body, "coverage", bool, False)
     seed = optional_field(body, "seed", int, 0)
-    result = await _run_library(service, select, texts, k, per_cluster=per_cluster, balance=balance, seed=seed)
+    result = await _run_library(service, select, texts, k, per_cluster=per_cluster, balance=balance,
+                                 coverage=coverage, seed=seed)
     return result.to_dict()
 
 
