@@ -41,6 +41,8 @@ STAGES = ("kmeans_s", "topk_s", "refine_s", "forest_s", "join_s", "traverse_s")
 DEFAULT_SIZES = (10_000, 30_000, 100_000, 300_000, 1_000_000)
 RECALL_ROWS = 1000
 EXACT_WEIGHT_MAX_N = 20_000  # the exact tree holds an n x n float32 matrix: 1.6 GB here
+PROJECTION_REACH = 1000  # the report quotes projected limits up to this multiple of the largest n measured
+LOW_RECALL = 0.9  # below it the report says why, from the gap between the exact neighbours
 
 
 def synthetic_embeddings(n: int, d: int = 384, topics: int = 100, subtopics: int = 20, *,
@@ -89,6 +91,7 @@ class SizeResult:
     recall: float | None = None
     weight_ratio: float | None = None
     components: int | None = None
+    neighbour_gap: float | None = None  # mean exact k-th minus 4k-th neighbour similarity of the sampled rows
 
 
 @dataclass
@@ -107,16 +110,20 @@ class Sweep:
                 "projected_n": projected_limits(self.sizes, self.time_budget_s, self.memory_budget_mb)}
 
 
-def _recall(x: np.ndarray, k: int, n_clusters: int, probes: int, seed: int) -> float:
+def _recall(x: np.ndarray, k: int, n_clusters: int, probes: int, seed: int) -> tuple[float, float]:
     """Recall@k of the sparse method's lists on ``RECALL_ROWS`` sampled rows (other rows than the
-    method's own estimate uses) against their exact neighbours. The lists are made again with the
-    same parameters and seed: they are the lists ``order()`` used."""
+    method's own estimate uses) against their exact neighbours, and how far apart the exact k-th
+    and 4k-th neighbours are (the mean gap in similarity: near 0, the k nearest are not a
+    well-defined set). The lists are made again with the same parameters and seed: they are the
+    lists ``order()`` used."""
     from chunktree.engine.order import sparse_neighbours
 
     n = x.shape[0]
     _, sims = sparse_neighbours(x, k, n_clusters, probes, seed)
     rows = np.sort(np.random.default_rng(seed + 1).choice(n, min(RECALL_ROWS, n), replace=False))
-    return recall_of_rows(sims[rows], exact_sims_of_rows(x, rows, k))
+    exact = exact_sims_of_rows(x, rows, min(4 * k, n - 1))
+    gap = float(np.mean(exact[:, k - 1] - exact[:, -1]))
+    return recall_of_rows(sims[rows], exact[:, :k]), gap
 
 
 def _measure(n: int, embeddings: str | None, topics: int, seed: int, out: Any) -> None:
@@ -149,7 +156,7 @@ def _measured(n: int, embeddings: str | None, topics: int, seed: int) -> dict[st
     p = result.params
     row = {"n": n, "stages": {s: result.timings.get(s, 0.0) for s in STAGES}, "order_s": order_s,
            "peak_rss_mb": peak, "base_rss_mb": base, "data_mb": x.nbytes / 2**20, "components": p["forest_components"],
-           "recall": _recall(x, p["k"], p["n_clusters"], p["probes"], seed)}
+           **dict(zip(("recall", "neighbour_gap"), _recall(x, p["k"], p["n_clusters"], p["probes"], seed)))}
     if n <= EXACT_WEIGHT_MAX_N:
         row["weight_ratio"] = result.tree_weight / order(x, method="exact").tree_weight
     return row
@@ -352,6 +359,9 @@ def write_report(s: Sweep, folder: str | os.PathLike[str], plots: bool = True) -
         return "n/a (one size)" if v is None else f"n^{v:.2f}"
 
     def lim(v: float | None) -> str:
+        largest = max((r.n for r in s.sizes), default=0)
+        if v is not None and v > PROJECTION_REACH * largest:  # a power law this far out says nothing
+            return f"beyond {PROJECTION_REACH:,}x the largest size measured"
         return "n/a" if v is None else f"{v:,.0f}"
 
     lines = [f"# chunktree scale: {s.source}", "",
@@ -366,6 +376,13 @@ def write_report(s: Sweep, folder: str | os.PathLike[str], plots: bool = True) -
              f"budget ({s.memory_budget_mb:.0f} MB): {lim(limits['memory'])} (the same power laws)",
              f"- recall@16: the share of each of {RECALL_ROWS} sampled rows' exact top-16 its list holds; weight / "
              f"exact: the sparse tree's weight over the exact tree's, for n <= {EXACT_WEIGHT_MAX_N:,}"]
+    for r in s.sizes:
+        if r.recall is not None and r.recall < LOW_RECALL and r.neighbour_gap is not None:
+            weight = "" if r.weight_ratio is None else f"; the tree's weight is {100 * r.weight_ratio:.3f}% of the exact tree's"
+            lines.append(f"- n={r.n:,}: recall@16 is {r.recall:.3f} because the 16 nearest are barely a set: a sampled "
+                         f"chunk's exact 16th and 64th neighbours differ by {r.neighbour_gap:.3f} in cosine on average, so "
+                         "which 16 are nearest is close to arbitrary, and the refinement (neighbours of neighbours) has "
+                         f"no shared neighbourhoods to follow{weight}")
     if s.stopped:
         lines.append(f"- stopped: {s.stopped}")
     written = [folder / "report.md", folder / "scale.json"]
