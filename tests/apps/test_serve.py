@@ -653,3 +653,22 @@ def test_odd_inputs_get_4xx_not_500(service, query, body):
         r = httpx.post(service.url + "/v1/conversations/odd/turns", content=body,
                        headers={"content-type": "application/json"})
     assert 400 <= r.status_code < 500, r.text
+
+
+def test_a_retried_turn_that_was_kept_is_refused_not_added_twice(embedder, tmp_path):
+    with Served(create_app(embedder, conversations_dir=tmp_path)) as s:
+        httpx.post(s.url + "/v1/conversations", json={"id": "r"})
+        first = httpx.post(s.url + "/v1/conversations/r/turns", json={"user": "How long should dough rise?", "turn": 0})
+        assert first.status_code == 200 and first.json()["turn"] == 0
+        again = httpx.post(s.url + "/v1/conversations/r/turns", json={"user": "How long should dough rise?", "turn": 0})
+        assert again.status_code == 409 and again.json()["error"]["code"] == "turn_mismatch"
+        assert ("'turn' is 0, but the conversation holds 1 turn, so this turn would be turn 1; turn 0 is "
+                "'How long should dough rise?'") in again.json()["error"]["message"]
+        ahead = httpx.post(s.url + "/v1/conversations/r/turns", json={"user": "And how warm?", "turn": 5})
+        assert ahead.status_code == 409
+        bad = httpx.post(s.url + "/v1/conversations/r/turns", json={"user": "And how warm?", "turn": "1"})
+        assert bad.status_code == 422 and "'turn' must be int" in bad.text
+        nxt = httpx.post(s.url + "/v1/conversations/r/turns", json={"user": "And how warm?", "turn": 1})
+        assert nxt.status_code == 200 and nxt.json()["turn"] == 1
+        assert [n["user"] for n in httpx.get(s.url + "/v1/conversations/r").json()["forest"]["nodes"]] == [
+            "How long should dough rise?", "And how warm?"]

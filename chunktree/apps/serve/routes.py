@@ -9,8 +9,8 @@ result's own ``to_dict()``: the same JSON that ``chunktree order|select --format
     POST /v1/order       ``texts`` (+ ``query``, ``strategy``, ``root``)
     POST /v1/select      ``texts``, ``k`` (+ ``per_cluster``, ``balance``, ``coverage``, ``seed``)
     POST /v1/conversations              a new topic forest (optional ``id``)
-    POST /v1/conversations/{id}/turns   ``user`` (+ ``assistant``, ``budget_tokens``): the decision and
-                                        the context for the next turn
+    POST /v1/conversations/{id}/turns   ``user`` (+ ``assistant``, ``budget_tokens``, ``turn``): the
+                                        decision and the context for the next turn
     GET  /v1/conversations/{id}         the forest (without vectors) and its indented tree
     GET  /v1/conversations/{id}/context ``?budget_tokens=N``
     DELETE /v1/conversations/{id}
@@ -185,9 +185,15 @@ async def add_turn(service: Service, body: dict[str, Any], params: dict[str, str
         except InvalidValueError as exc:
             raise HTTPError(422, str(exc), name) from None
     budget = _budget(body.get("budget_tokens"))
+    expected = optional_field(body, "turn", int, None)
     conversations = service.conversations
     async with conversations.locked(conversation_id):
         forest = conversations.get(conversation_id, _load(service))
+        if expected is not None and expected != len(forest.nodes):  # a retry of a turn already kept, or out of order
+            held = len(forest.nodes)
+            known = f"; turn {expected} is {forest.nodes[expected].user!r:.80}" if 0 <= expected < held else ""
+            raise HTTPError(409, f"'turn' is {expected}, but the conversation holds {held} turn{'s' * (held != 1)}, "
+                                 f"so this turn would be turn {held}{known}", "turn", code="turn_mismatch")
         if len(forest.nodes) >= service.limits.max_turns:
             raise HTTPError(422, f"the conversation holds max_turns={service.limits.max_turns} turns; start a new "
                                  "one", "user", code="too_many_turns")
