@@ -1,6 +1,7 @@
-"""K-means speed and inertia: chunktree's MiniBatchKMeans against scikit-learn's MiniBatchKMeans,
-faiss.Kmeans (with the assignment of every point, which select needs) and scikit-learn's KMeans
-(the quality reference), all in the same run, inertia recomputed the same way for every method.
+"""K-means speed and inertia: chunktree's MiniBatchKMeans (Lloyd up to 50,000 rows, mini-batch
+above) against scikit-learn's MiniBatchKMeans, faiss.Kmeans (with the assignment of every point,
+which select needs) and scikit-learn's KMeans (the quality reference), all in the same run,
+inertia recomputed the same way for every method.
 
     python -m pytest bench/bench_select.py
     CHUNKTREE_BENCH_SELECT_K=1000 CHUNKTREE_BENCH_SELECT_N=1000000 python -m pytest bench/bench_select.py -k many

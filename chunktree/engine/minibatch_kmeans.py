@@ -1,10 +1,14 @@
-"""Mini-batch K-means with scikit-learn's estimator conventions.
+"""K-means with scikit-learn's estimator conventions, by full Lloyd passes on small data and by
+mini-batch steps on large data.
 
-fit: k-means++ seeding on a sample, mini-batch steps with per-centre learning rates (a centre
-moves towards its batch mean by count_in_batch / count_so_far), stopping when the centres barely
-move or a smoothed batch inertia stops improving; then ``refine`` full Lloyd passes and one full
-assignment for ``labels_`` and ``inertia_``. Every random draw comes from ``random_state``:
-the same seed gives the same result.
+fit: k-means++ seeding on a sample, then either
+- Lloyd (up to ``LLOYD_ROWS`` rows, by default): every centre to the mean of its rows, every row to
+  its nearest centre, until a pass lowers the inertia by less than ``inertia_tol`` of it; or
+- mini-batch steps with per-centre learning rates (a centre moves towards its batch mean by
+  count_in_batch / count_so_far), stopping when the centres barely move or a smoothed batch
+  inertia stops improving; then ``refine`` full Lloyd passes.
+One full assignment gives ``labels_`` and ``inertia_``. Every random draw comes from
+``random_state``: the same seed gives the same result.
 """
 
 from __future__ import annotations
@@ -29,15 +33,29 @@ ROWS_PER_CENTRE = 8
 # below that): seeding is K sequential passes over the sample. Chosen on the same case: time
 # against faiss.Kmeans at an inertia within 1% of its.
 SEEDING_ROWS = 20_000
+# Up to this many rows "auto" runs Lloyd passes, seeded on 30 rows per centre. Chosen on
+# bench/bench_select.py's cases (K = 10 and 100): at n = 20,000 and 50,000 and K = 100, Lloyd from
+# that seeding took 0.5-0.7x the mini-batch path's time at a lower mean inertia; at n = 100,000 and
+# K = 10 it took 1.5x.
+LLOYD_ROWS = 50_000
+SEEDING_PER_CENTRE = {"lloyd": 30, "minibatch": 100}
+ALGORITHMS = ("auto", "lloyd", "minibatch")
 
 
 class MiniBatchKMeans:
-    """Mini-batch K-means on float32 data.
+    """K-means on float32 data: Lloyd passes on small data, mini-batch steps on large data.
 
     Parameters
     ----------
     n_clusters
         K.
+    algorithm
+        ``"lloyd"``, ``"minibatch"``, or ``"auto"``: Lloyd up to ``LLOYD_ROWS`` rows (50,000),
+        mini-batch above.
+    max_iter
+        Lloyd passes at most.
+    inertia_tol
+        Lloyd stops when a pass lowers the inertia by less than this fraction of it.
     batch_size
         rows per mini-batch step, at least ``ROWS_PER_CENTRE`` per centre (so for K above
         128 the batch grows with K).
@@ -51,8 +69,8 @@ class MiniBatchKMeans:
     refine
         full Lloyd passes after the mini-batch phase.
     init_size
-        rows sampled for k-means++ seeding (default max(3 * batch_size, 100 * K), that
-        at most ``SEEDING_ROWS``; capped at n).
+        rows sampled for k-means++ seeding (default max(3 * batch_size, m * K) with m = 30
+        for Lloyd and 100 for mini-batch, m * K at most ``SEEDING_ROWS``; capped at n).
     n_init
         k-means++ seedings tried on that sample; the one with the lowest inertia on the
         sample is kept.
@@ -65,22 +83,30 @@ class MiniBatchKMeans:
         float32 (K, d).
     labels_
         int64, the nearest centre of each row (after ``partial_fit``: of the last batch).
+    distances_sq_
+        float32 (n,), each row's squared distance to its centre; set by ``fit``.
     inertia_
         sum of squared distances to the nearest centre (after ``partial_fit``: of the
         last batch, as scikit-learn does).
     n_features_in_
         d.
+    algorithm_
+        ``"lloyd"`` or ``"minibatch"``: the one ``fit`` ran.
     n_steps_
-        mini-batch steps taken.
+        mini-batch steps taken (0 for Lloyd).
     n_iter_
         passes over the data (mini-batch steps as whole passes, plus the Lloyd passes);
         set by ``fit``.
     """
 
-    def __init__(self, n_clusters: int = 8, *, batch_size: int = 1024, max_steps: int = 50, tol: float = 1e-4,
+    def __init__(self, n_clusters: int = 8, *, algorithm: str = "auto", max_iter: int = 50,
+                 inertia_tol: float = 1e-3, batch_size: int = 1024, max_steps: int = 50, tol: float = 1e-4,
                  max_no_improvement: int = 10, refine: int = 1, init_size: int | None = None,
                  n_init: int = 1, random_state: int | np.random.Generator | None = 0) -> None:
         self.n_clusters = n_clusters
+        self.algorithm = algorithm
+        self.max_iter = max_iter
+        self.inertia_tol = inertia_tol
         self.batch_size = batch_size
         self.max_steps = max_steps
         self.tol = tol
@@ -115,13 +141,16 @@ class MiniBatchKMeans:
         return f"MiniBatchKMeans({', '.join(changed)})"
 
     def _check_params(self, n: int) -> None:
-        for name in ("batch_size", "max_steps", "max_no_improvement", "n_init"):
+        if self.algorithm not in ALGORITHMS:
+            raise InvalidValueError(f"algorithm must be one of {list(ALGORITHMS)}; got {self.algorithm!r}")
+        for name in ("max_iter", "batch_size", "max_steps", "max_no_improvement", "n_init"):
             positive_int(getattr(self, name), name)
         integer(self.n_clusters, "n_clusters", 1, n, high_name="n_samples")
         if self.init_size is not None:
             positive_int(self.init_size, "init_size")
         integer(self.refine, "refine", 0)
         number(self.tol, "tol", 0.0)
+        number(self.inertia_tol, "inertia_tol", 0.0)
 
     def _check_features(self, x: np.ndarray) -> None:
         if x.shape[1] != self.n_features_in_:
@@ -132,11 +161,14 @@ class MiniBatchKMeans:
             return self.random_state
         return np.random.default_rng(self.random_state)
 
-    def _init_centers(self, x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    def _init_centers(self, x: np.ndarray, rng: np.random.Generator, algorithm: str) -> np.ndarray:
         n, k = x.shape[0], self.n_clusters
-        size = min(n, self.init_size or max(3 * self.batch_size, min(100 * k, SEEDING_ROWS)))
+        per_centre = SEEDING_PER_CENTRE[algorithm]
+        size = min(n, self.init_size or max(3 * self.batch_size, min(per_centre * k, SEEDING_ROWS)))
         sample = np.sort(rng.choice(n, size=size, replace=False)) if size < n else np.arange(n)
         xs = x[sample]
+        if self.n_init == 1:
+            return xs[kmeans_plusplus(xs, k, rng)]
         best, best_inertia = xs[:0], math.inf
         for _ in range(self.n_init):  # keep the seeding with the lowest inertia on the sample
             centers = xs[kmeans_plusplus(xs, k, rng)]
@@ -164,11 +196,51 @@ class MiniBatchKMeans:
         n = x.shape[0]
         self._check_params(n)
         rng = self._rng()
-        k = self.n_clusters
-        centers = self._init_centers(x, rng)
+        algorithm = self.algorithm
+        if algorithm == "auto":
+            algorithm = "lloyd" if n <= LLOYD_ROWS else "minibatch"
+        centers = self._init_centers(x, rng, algorithm)
+        x_sq = np.einsum("ij,ij->i", x, x)
+        if algorithm == "lloyd":
+            centers, labels, dist_sq, passes = self._lloyd(x, x_sq, centers)
+            steps = 0
+        else:
+            centers, labels, dist_sq, steps, passes = self._minibatch(x, x_sq, centers, rng)
+        self.cluster_centers_ = centers
+        self.labels_ = labels
+        self.distances_sq_ = dist_sq
+        self.inertia_ = float(dist_sq.sum(dtype=np.float64))
+        self.n_features_in_ = x.shape[1]
+        self.algorithm_ = algorithm
+        self.n_steps_ = steps
+        self.n_iter_ = passes
+        return self
+
+    def _lloyd(self, x: np.ndarray, x_sq: np.ndarray, centers: np.ndarray
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
+        """Lloyd passes until one lowers the inertia by less than ``inertia_tol`` of it (or
+        ``max_iter``). Returns centres, labels, squared distances and the passes made."""
+        labels, dist_sq = assign(x, centers, x_sq)
+        inertia = float(dist_sq.sum(dtype=np.float64))
+        passes = 0
+        while passes < self.max_iter:
+            passes += 1
+            centers = self._lloyd_update(x, labels, dist_sq, centers)
+            labels, dist_sq = assign(x, centers, x_sq)
+            previous, inertia = inertia, float(dist_sq.sum(dtype=np.float64))
+            if previous - inertia <= self.inertia_tol * inertia:
+                break
+        log.debug("K-means: %d Lloyd passes", passes)
+        self._counts = np.bincount(labels, minlength=self.n_clusters)
+        return centers, labels, dist_sq, passes
+
+    def _minibatch(self, x: np.ndarray, x_sq: np.ndarray, centers: np.ndarray, rng: np.random.Generator
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, int, int]:
+        """Mini-batch steps, then ``refine`` Lloyd passes. Returns centres, labels, squared
+        distances, the steps taken and the passes over the data."""
+        n, k = x.shape[0], self.n_clusters
         counts = np.zeros(k, dtype=np.int64)
         batch = min(max(self.batch_size, ROWS_PER_CENTRE * k), n)
-        x_sq = np.einsum("ij,ij->i", x, x)
         mean = x.mean(axis=0, dtype=np.float64)
         mean_variance = (float(x_sq.mean(dtype=np.float64)) - float(mean @ mean)) / x.shape[1]
         tol = self.tol * mean_variance
@@ -196,14 +268,8 @@ class MiniBatchKMeans:
         for _ in range(self.refine):
             centers = self._lloyd_update(x, labels, dist_sq, centers)
             labels, dist_sq = assign(x, centers, x_sq)
-        self.cluster_centers_ = centers
-        self.labels_ = labels
-        self.inertia_ = float(dist_sq.sum(dtype=np.float64))
-        self.n_features_in_ = x.shape[1]
-        self.n_steps_ = steps
-        self.n_iter_ = math.ceil(steps * batch / n) + self.refine
         self._counts = counts
-        return self
+        return centers, labels, dist_sq, steps, math.ceil(steps * batch / n) + self.refine
 
     @staticmethod
     def _lloyd_update(x: np.ndarray, labels: np.ndarray, dist_sq: np.ndarray, centers: np.ndarray) -> np.ndarray:

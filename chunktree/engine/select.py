@@ -257,13 +257,12 @@ def select(
     k = integer(k, "k", 1, n, high_name="n_chunks")
 
     if balance:
-        centers, labels, dist_sq, steps = _balanced_clusters(x, k, seed)
+        centers, labels, dist_sq, passes = _balanced_clusters(x, k, seed)
     elif coverage:
-        centers, labels, dist_sq, steps = _covering_clusters(x, k, seed)
+        centers, labels, dist_sq, passes = _covering_clusters(x, k, seed)
     else:
         model = MiniBatchKMeans(k, random_state=seed).fit(x)
-        centers, labels, steps = model.cluster_centers_, model.labels_, model.n_steps_
-        dist_sq = assign(x, centers)[1]
+        centers, labels, dist_sq, passes = model.cluster_centers_, model.labels_, model.distances_sq_, model.n_iter_
     # Exact duplicates (equal vectors; equal texts embed equally) join their first copy's cluster,
     # so no two clusters hold the same content, and only first copies represent a cluster.
     first = inputs.first_copies()
@@ -294,7 +293,7 @@ def select(
             size=int(members.size), members=members,
             chunks=tuple(chunks[i] for i in nearest.tolist()) if chunks is not None else (),
         ))
-    params.update(k=k, n_steps=steps, distinct_chunks=distinct, duplicates=n - distinct)
+    params.update(k=k, kmeans_passes=passes, distinct_chunks=distinct, duplicates=n - distinct)
     if len(clusters) < k:
         why = (f"only {distinct} of the {n} chunks are distinct" if distinct < k
                else "K-means left some clusters empty")
@@ -330,13 +329,13 @@ def _covering_clusters(x: np.ndarray, k: int, seed: int) -> tuple[np.ndarray, np
         best = np.maximum(best, sim[:, j])
     centers = np.ascontiguousarray(x[medoids[chosen]], dtype=np.float32)
     labels, dist_sq = assign(x, centers)
-    return centers, labels, dist_sq, fine.n_steps_
+    return centers, labels, dist_sq, fine.n_iter_
 
 
 def _balanced_clusters(x: np.ndarray, k: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:
     """K clusters from 4K fine ones: K fine centres kept farthest-first (from the largest fine
     cluster), every fine cluster joined to the nearest kept centre. Returns centres, labels,
-    each row's squared distance to its own cluster's centre, and the fine K-means' steps."""
+    each row's squared distance to its own cluster's centre, and the fine K-means' passes over the data."""
     fine = MiniBatchKMeans(min(x.shape[0], 4 * k), random_state=seed).fit(x)
     fine_centers = fine.cluster_centers_
     sizes = np.bincount(fine.labels_, minlength=fine_centers.shape[0])
@@ -348,4 +347,4 @@ def _balanced_clusters(x: np.ndarray, k: int, seed: int) -> tuple[np.ndarray, np
     centers = np.ascontiguousarray(fine_centers[kept])
     labels = assign(fine_centers, centers)[0][fine.labels_]
     dist_sq = np.sum((x - centers[labels]) ** 2, axis=1)
-    return centers, labels, dist_sq, fine.n_steps_
+    return centers, labels, dist_sq, fine.n_iter_

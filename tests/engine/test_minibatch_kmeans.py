@@ -33,21 +33,46 @@ def test_inertia_within_2_percent_of_sklearn(sample_embeddings, k):
     assert ours.inertia_ <= 1.02 * inertia(x, reference.cluster_centers_)
 
 
-def test_fit_contract():
+@pytest.mark.parametrize("algorithm", ["lloyd", "minibatch"])
+def test_fit_contract(algorithm):
     x, _ = unit_topics(1500, d=32, topics=12, seed=3)
-    a = MiniBatchKMeans(8, random_state=3).fit(x)
+    a = MiniBatchKMeans(8, algorithm=algorithm, random_state=3).fit(x)
+    assert a.algorithm_ == algorithm
     assert a.labels_.shape == (len(x),) and set(a.labels_.tolist()) <= set(range(8))
     assert a.cluster_centers_.shape == (8, x.shape[1]) and a.cluster_centers_.dtype == np.float32
     np.testing.assert_array_equal(a.predict(x), a.labels_)
-    assert a.n_steps_ >= 1 and a.n_iter_ >= 1 and a.n_features_in_ == 32
-    np.testing.assert_array_equal(a.labels_, assign(x, a.cluster_centers_)[0])
+    assert (a.n_steps_ >= 1) == (algorithm == "minibatch") and a.n_iter_ >= 1 and a.n_features_in_ == 32
+    labels = assign(x, a.cluster_centers_)[0]
+    np.testing.assert_array_equal(a.labels_, labels)
+    np.testing.assert_allclose(a.distances_sq_, ((x - a.cluster_centers_[a.labels_]) ** 2).sum(axis=1), atol=1e-5)
+
+
+def test_auto_runs_lloyd_up_to_its_row_limit_and_mini_batch_above():
+    from chunktree.engine.minibatch_kmeans import LLOYD_ROWS
+
+    x = np.random.default_rng(5).standard_normal((LLOYD_ROWS + 1, 2)).astype(np.float32)
+    assert MiniBatchKMeans(2).fit(x[:LLOYD_ROWS]).algorithm_ == "lloyd"
+    assert MiniBatchKMeans(2).fit(x).algorithm_ == "minibatch"
+
+
+def test_lloyd_run_to_the_end_is_a_fixed_point():
+    """With inertia_tol=0 Lloyd stops only when a pass no longer lowers the inertia: every centre
+    is then the mean of its rows and every row is nearest its own centre."""
+    x, _ = unit_topics(2000, d=16, topics=10, spread=1.0, seed=8)
+    m = MiniBatchKMeans(10, algorithm="lloyd", inertia_tol=0.0, max_iter=500, random_state=1).fit(x)
+    assert m.n_iter_ < 500
+    for c in range(10):
+        np.testing.assert_allclose(m.cluster_centers_[c], x[m.labels_ == c].mean(axis=0), atol=1e-5)
+    d = ((x[:, None, :] - m.cluster_centers_[None]) ** 2).sum(axis=2)
+    assert (d[np.arange(len(x)), m.labels_] <= d.min(axis=1) + 1e-5).all()
 
 
 def test_estimator_protocol_with_sklearn_clone():
     from sklearn.base import clone
 
     m = MiniBatchKMeans(5, batch_size=256, refine=2, random_state=7)
-    assert m.get_params() == {"n_clusters": 5, "batch_size": 256, "max_steps": 50, "tol": 1e-4,
+    assert m.get_params() == {"n_clusters": 5, "algorithm": "auto", "max_iter": 50, "inertia_tol": 1e-3,
+                              "batch_size": 256, "max_steps": 50, "tol": 1e-4,
                               "max_no_improvement": 10, "refine": 2, "init_size": None, "n_init": 1,
                               "random_state": 7}
     copy = clone(m)  # scikit-learn checks that get_params round-trips through __init__
@@ -108,6 +133,10 @@ def test_partial_fit_then_predict():
     ({"n_clusters": 6}, np.ones((5, 2)), ValueError, r"n_clusters must be in \[1, n_samples=5\]; got 6"),
     ({"n_clusters": 2, "batch_size": -1}, np.ones((5, 2)), ValueError, "batch_size must be >= 1; got -1"),
     ({"n_clusters": 2, "refine": -1}, np.ones((5, 2)), ValueError, "refine must be >= 0; got -1"),
+    ({"n_clusters": 2, "algorithm": "elkan"}, np.ones((5, 2)), ValueError,
+     r"algorithm must be one of \['auto', 'lloyd', 'minibatch'\]; got 'elkan'"),
+    ({"n_clusters": 2, "max_iter": 0}, np.ones((5, 2)), ValueError, "max_iter must be >= 1; got 0"),
+    ({"n_clusters": 2, "inertia_tol": -0.1}, np.ones((5, 2)), ValueError, "inertia_tol must be a number >= 0.0"),
     ({"n_clusters": 2}, np.array([[1.0, np.nan], [0, 1]]), ValueError, "X must be finite; found nan"),
     ({"n_clusters": 2}, np.ones(5), ValueError, r"X must be a 2-D array \(n, d\); got shape \(5,\)"),
 ])
@@ -127,7 +156,7 @@ def test_predict_errors():
 
 
 def test_many_clusters_stay_close_to_full_kmeans():
-    """K = 400 at n = 20,000: with the default 1,024-row batches a step saw 2.5 rows per centre and
+    """Mini-batch steps at K = 400 at n = 20,000: with the default 1,024-row batches a step saw 2.5 rows per centre and
     the inertia ended 3.4% above scikit-learn's KMeans; the batch now holds 8 rows per centre."""
     from sklearn.cluster import KMeans
 
@@ -135,5 +164,5 @@ def test_many_clusters_stay_close_to_full_kmeans():
 
     x = synthetic_embeddings(20000, d=48, topics=100, seed=3)
     reference = KMeans(400, n_init=1, random_state=0, max_iter=50).fit(x).inertia_
-    ours = MiniBatchKMeans(400, random_state=0).fit(x).inertia_
+    ours = MiniBatchKMeans(400, algorithm="minibatch", random_state=0).fit(x).inertia_
     assert ours <= 1.02 * reference, ours / reference
