@@ -112,11 +112,14 @@ def test_small_k(results):
         km.train(x)
         return km
 
-    def warm(fn, seed):
-        fn(seed)  # the second run is timed: both libraries warm
-        t = time.perf_counter()
-        out = fn(seed)
-        return out, time.perf_counter() - t
+    def warm(fn, seed, runs=5):
+        fn(seed)  # then the median of five timed runs: both libraries warm, one noisy run weighs little
+        times = []
+        for _ in range(runs):
+            t = time.perf_counter()
+            out = fn(seed)
+            times.append(time.perf_counter() - t)
+        return out, float(np.median(times))
 
     rows = []
     for seed in SEEDS:
