@@ -28,7 +28,7 @@ from record import title, write
 from chunktree import Embedder
 from chunktree.engine.cache import EmbeddingCache
 from chunktree.track.evaluate import evaluate
-from chunktree.track.learned import DEFAULT_L2, DEFAULT_THRESHOLD, fit, load_labelled
+from chunktree.track.learned import DEFAULT_HIDDEN, DEFAULT_L2, DEFAULT_THRESHOLD, fit, load_labelled
 from chunktree.track.segmentation import SegmentedDialogue, evaluate_segmentation, format_segmentation, load_segmentation
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -65,7 +65,7 @@ def main() -> int:
     stitched = load_labelled(COQA) + load_labelled(SQUAD)
     train += stitched
     everything += stitched
-    settings = {"l2": DEFAULT_L2, "threshold": DEFAULT_THRESHOLD}
+    settings = {"hidden": DEFAULT_HIDDEN, "l2": DEFAULT_L2, "threshold": DEFAULT_THRESHOLD}
     decider = fit(train, embedder, cache, progress=True, **settings)
     results, lines = {"settings": settings, "train_dialogues": len(train), "validation": {}}, []
     for name, dialogues in validation.items():

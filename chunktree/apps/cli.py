@@ -28,7 +28,7 @@ from chunktree.engine.scale import DEFAULT_SIZES
 from chunktree.models.backends import BACKENDS, PRECISIONS
 from chunktree.models.embedder import DEFAULT_BATCH_SIZE, DEFAULT_BATCH_TOKENS
 from chunktree.models.registry import DEFAULT_MODEL, MODELS
-from chunktree.track.learned import DEFAULT_L2, DEFAULT_THRESHOLD
+from chunktree.track.learned import DEFAULT_HIDDEN, DEFAULT_L2, DEFAULT_THRESHOLD, MIN_NETWORK_PAIRS
 
 
 def _add_corpus_args(p: argparse.ArgumentParser, model_flag: str = "--model") -> None:
@@ -265,13 +265,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_eval_track)
 
     p = sub.add_parser("train-track", help="fit the topic forest's learned decider on dialogues with known topics",
-                       description="Fit the learned decider (a logistic regression over features of each turn against "
-                                   "each tree) on FILES: segmentation files (each segment a topic), CoQA files (dialogues "
+                       description="Fit the learned decider (a small neural network over features of each turn "
+                                   "against each tree) on FILES: segmentation files (each segment a topic), CoQA files (dialogues "
                                    "stitched from the first half of the stories, with returns) or JSONL turns with a "
                                    "'topic' each ('user', 'topic', optional 'assistant' and 'conversation'). Use the result "
                                    "with --decider.")
     p.add_argument("files", type=Path, nargs="+", metavar="FILE")
     p.add_argument("-o", "--output", type=Path, required=True, metavar="DECIDER.npz")
+    p.add_argument("--hidden", type=int, default=DEFAULT_HIDDEN,
+                   help="tanh units in the hidden layer; 0 for a logistic regression, which is also what fewer "
+                        f"than {MIN_NETWORK_PAIRS:,} turn-tree pairs get (default %(default)s)")
     p.add_argument("--l2", type=float, default=DEFAULT_L2, help="L2 regularisation (default %(default)s)")
     p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
                    help="the least probability that keeps a turn in an existing tree (default %(default)s)")
@@ -756,11 +759,16 @@ def cmd_train_track(args: argparse.Namespace) -> int:
 
     _check_output_folder(args.output)
     dialogues = [d for path in args.files for d in load_labelled(path)]  # every file read before any work
-    decider = fit(dialogues, _embedder(args), _open_cache(args), l2=args.l2, threshold=args.threshold,
+    decider = fit(dialogues, _embedder(args), _open_cache(args), hidden=args.hidden, l2=args.l2,
+                  threshold=args.threshold,
                   info={"data": [str(p) for p in args.files]}, progress=_progress(args))
     decider.save(args.output)
-    print(f"wrote {args.output}: fitted on {decider.info['dialogues']} dialogues, {decider.info['pairs']} turn-tree "
-          f"pairs ({decider.info['positives']} of the turn's own topic) in {decider.info['fit_seconds']} s")
+    hidden = decider.info["hidden"]
+    model = f"a network of {hidden} hidden units" if hidden else "a logistic regression"
+    if args.hidden and not hidden:
+        model += f" (fewer than {MIN_NETWORK_PAIRS:,} pairs: too few for the network)"
+    print(f"wrote {args.output}: {model}, fitted on {decider.info['dialogues']} dialogues, {decider.info['pairs']} "
+          f"turn-tree pairs ({decider.info['positives']} of the turn's own topic) in {decider.info['fit_seconds']} s")
     return 0
 
 

@@ -13,6 +13,7 @@ from chunktree.track.learned import (
     DeciderFileError,
     LearnedDecider,
     default_decider,
+    fit_network,
     fit_weights,
     load_labelled,
     n_features,
@@ -42,13 +43,28 @@ def test_fit_weights_recovers_a_logistic_model():
     assert np.abs(decider.probabilities(x) - want).max() < 0.05
 
 
+def test_fit_network_learns_an_interaction_a_logistic_regression_cannot():
+    # p = sigmoid(4 x1 x2): no linear function of x1 and x2 separates it; a hidden layer does.
+    rng = np.random.default_rng(3)
+    x = np.c_[np.ones(4000), rng.normal(size=(4000, 2))]
+    want = 1 / (1 + np.exp(-4 * x[:, 1] * x[:, 2]))
+    y = (rng.random(4000) < want).astype(np.float32)
+    w, mean, scale, w1, b1 = fit_network(x, y, hidden=8, l2=1.0)
+    network = LearnedDecider(w, mean, scale, hidden_weights=w1, hidden_bias=b1)
+    linear = LearnedDecider(*fit_weights(x, y, l2=1.0))
+    assert np.abs(network.probabilities(x) - want).mean() < 0.08
+    assert np.abs(linear.probabilities(x) - want).mean() > 0.25
+
+
 def test_a_decider_file_round_trips_and_a_bad_one_is_refused(tmp_path):
     d = default_decider()
-    d.save(tmp_path / "d.bin")  # an .npz whatever the name
-    again = LearnedDecider.load(tmp_path / "d.bin")
-    f = np.random.default_rng(1).normal(size=(5, d.weights.size)).astype(np.float32)
-    assert np.array_equal(again.probabilities(f), d.probabilities(f)) and again.info == d.info
-    assert (again.threshold, again.return_similarity) == (d.threshold, d.return_similarity)
+    linear = LearnedDecider(np.linspace(-1, 1, d.mean.size), d.mean, d.scale, 0.4, None, {"made": "here"})
+    for i, decider in enumerate((d, linear)):
+        decider.save(tmp_path / f"d{i}.bin")  # an .npz whatever the name
+        again = LearnedDecider.load(tmp_path / f"d{i}.bin")
+        f = np.random.default_rng(1).normal(size=(5, d.mean.size)).astype(np.float32)
+        assert np.array_equal(again.probabilities(f), decider.probabilities(f)) and again.info == decider.info
+        assert (again.threshold, again.return_similarity) == (decider.threshold, decider.return_similarity)
     (tmp_path / "junk.npz").write_bytes(b"not a decider")
     with pytest.raises(DeciderFileError, match=r"junk.npz: not a decider file written by 'chunktree train-track'"):
         LearnedDecider.load(tmp_path / "junk.npz")
@@ -71,7 +87,8 @@ def test_train_track_fits_from_jsonl_and_track_uses_it(tmp_path, capsys):
     assert len(load_labelled(data)) == 4
     out = tmp_path / "mine.npz"
     assert main(["train-track", str(data), "-o", str(out), "--no-cache"]) == 0
-    assert f"wrote {out}: fitted on 4 dialogues" in capsys.readouterr().out
+    assert f"wrote {out}: a logistic regression (fewer than 2,000 pairs: too few for the network), fitted on 4 " \
+           "dialogues" in capsys.readouterr().out
     chat = tmp_path / "chat.jsonl"
     chat.write_text("".join(json.dumps({"user": t}) + "\n" for t in topics["bread"] + topics["ships"]))
     assert main(["track", str(chat), "--decider", str(out), "--no-cache", "--format", "json"]) == 0
