@@ -58,6 +58,7 @@ def test_fit_network_learns_an_interaction_a_logistic_regression_cannot():
 
 def test_a_decider_file_round_trips_and_a_bad_one_is_refused(tmp_path):
     d = default_decider()
+    assert d.hidden_weights is not None  # the shipped decider has its hidden layer
     linear = LearnedDecider(np.linspace(-1, 1, d.mean.size), d.mean, d.scale, 0.4, None, {"made": "here"})
     for i, decider in enumerate((d, linear)):
         decider.save(tmp_path / f"d{i}.bin")  # an .npz whatever the name
@@ -65,6 +66,10 @@ def test_a_decider_file_round_trips_and_a_bad_one_is_refused(tmp_path):
         f = np.random.default_rng(1).normal(size=(5, d.mean.size)).astype(np.float32)
         assert np.array_equal(again.probabilities(f), decider.probabilities(f)) and again.info == decider.info
         assert (again.threshold, again.return_similarity) == (decider.threshold, decider.return_similarity)
+    np.savez(tmp_path / "cut.npz", **{**dict(np.load(tmp_path / "d0.bin")), "hidden_bias": np.zeros(3)})
+    with pytest.raises(DeciderFileError, match=r"cut.npz: damaged weights \(shapes \(17,\), \(790,\), \(790,\), "
+                                               r"\(790, 16\), \(3,\)\)"):
+        LearnedDecider.load(tmp_path / "cut.npz")
     (tmp_path / "junk.npz").write_bytes(b"not a decider")
     with pytest.raises(DeciderFileError, match=r"junk.npz: not a decider file written by 'chunktree train-track'"):
         LearnedDecider.load(tmp_path / "junk.npz")
