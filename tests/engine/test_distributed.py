@@ -82,19 +82,21 @@ def test_embedding_on_ray_gives_the_same_vectors_and_fills_the_cache(cluster, em
     np.testing.assert_array_equal(again, got)
 
 
-def test_cli_order_on_a_running_cluster(cluster, tmp_path):
+def test_cli_order_on_a_running_cluster(cluster, tmp_path, capsys):
+    from chunktree.apps.cli import main
+
     x = clustered(800, d=384, seed=2)
     np.save(tmp_path / "x.npy", x)
     (tmp_path / "x.jsonl").write_text("".join(json.dumps({"id": i, "text": f"chunk {i}", "source": "s", "index": i,
                                                           "start": 0, "end": 1}) + "\n" for i in range(800)))
-    args = [sys.executable, "-m", "chunktree", "order", "--embeddings", str(tmp_path / "x.npy"), "--method",
-            "sparse", "--format", "json", "--top", "1"]
-    plain = subprocess.run(args, capture_output=True, text=True, check=True)
+    args = ["order", "--embeddings", str(tmp_path / "x.npy"), "--method", "sparse", "--format", "json", "--top", "1"]
+    assert main(args) == 0  # the plain run in this process; the one on Ray in a process of its own
+    plain = loads(capsys.readouterr().out)
     # The documented steps for a real cluster: join a running one by its address.
     address = ray.get_runtime_context().gcs_address
-    on_ray = subprocess.run(args + ["--ray", address], capture_output=True, text=True)
+    on_ray = subprocess.run([sys.executable, "-m", "chunktree", *args, "--ray", address], capture_output=True, text=True)
     assert on_ray.returncode == 0, on_ray.stderr
-    assert loads(on_ray.stdout)["order"] == loads(plain.stdout)["order"]
+    assert loads(on_ray.stdout)["order"] == plain["order"]
 
 
 def test_ray_without_its_extra_fails_before_any_work(monkeypatch, embedder):
