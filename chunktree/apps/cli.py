@@ -331,6 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-turns", type=int, default=10_000, help="turns per conversation (default %(default)s)")
     p.add_argument("--metrics-public", action="store_true",
                    help="leave GET /metrics open when an API key is required (default: it needs the key too)")
+    _add_decider_arg(p)
     p.set_defaults(func=cmd_serve)
 
     p = sub.add_parser("export", help="convert a local BERT-family model to ONNX (needs chunktree[export])",
@@ -806,9 +807,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     limits = Limits(max_texts=args.max_texts, max_queue=args.max_queue, max_batch=args.max_batch,
                     max_wait_ms=args.max_wait_ms, batching=not args.no_batching, queue_timeout_s=args.queue_timeout,
                     max_conversations=args.max_conversations, max_turns=args.max_turns)
+    decider = args.decider
+    if decider is not None and decider != "thresholds":
+        from chunktree.track.forest import load_decider
+
+        decider = load_decider(decider)  # a bad file fails before the model loads
     embedder = _embedder(args)
     app = create_app(embedder, api_key=api_key, limits=limits, metrics_public=args.metrics_public,
-                     conversations_dir=args.conversations)
+                     conversations_dir=args.conversations, decider=decider)
     print(f"chunktree serve: {embedder.model_id} ({embedder.backend} {embedder.precision}) on http://{args.host}:{args.port} "
           f"(batching {'off' if args.no_batching else f'<= {args.max_batch} texts, {args.max_wait_ms} ms'}"
           f"{', API key required' if api_key else ''})", flush=True)

@@ -72,7 +72,7 @@ class LLMSummariser:
         return line
 
 
-def _decider(decider: Any) -> LearnedDecider | None:
+def load_decider(decider: Any) -> LearnedDecider | None:
     """``Forest``'s ``decider`` argument as a ``LearnedDecider``, or None for the threshold rule."""
     if decider is None:
         return default_decider()
@@ -378,7 +378,7 @@ class Forest:
         self.thresholds = thresholds or Thresholds()
         if not isinstance(self.thresholds, Thresholds):
             raise InvalidValueError(f"thresholds must be a Thresholds; got {type(self.thresholds).__name__}")
-        self.decider: LearnedDecider | None = _decider(decider)
+        self.decider: LearnedDecider | None = load_decider(decider)
         if self.decider is not None:
             self.decider.check(self.embedder.dim)
         self.judge = LLMJudge(llm) if llm is not None else None

@@ -2,6 +2,7 @@
 
 import asyncio
 import base64
+import dataclasses
 import json
 import socket
 import threading
@@ -672,3 +673,31 @@ def test_a_retried_turn_that_was_kept_is_refused_not_added_twice(embedder, tmp_p
         assert nxt.status_code == 200 and nxt.json()["turn"] == 1
         assert [n["user"] for n in httpx.get(s.url + "/v1/conversations/r").json()["forest"]["nodes"]] == [
             "How long should dough rise?", "And how warm?"]
+
+
+@pytest.mark.parametrize("which", ["thresholds", "file"])
+def test_conversations_use_the_decider_the_server_was_given(embedder, tmp_path, which):
+    from chunktree.track import Forest
+    from chunktree.track.learned import DeciderFileError, default_decider
+
+    decider = which
+    if which == "file":  # a decider of its own: the shipped one turned around, p -> 1 - p
+        decider = tmp_path / "d.npz"
+        shipped = default_decider()
+        dataclasses.replace(shipped, weights=-shipped.weights).save(decider)
+    with Served(create_app(embedder, decider=decider)) as s:
+        httpx.post(s.url + "/v1/conversations", json={"id": "c"})
+        got = [httpx.post(s.url + "/v1/conversations/c/turns", json={"user": u}).json()["decision"] for u, _ in DIALOGUE]
+    local = Forest(embedder, decider=decider)
+    want = [local.add(u).to_dict() for u, _ in DIALOGUE]
+    assert [(g["action"], g["tree"]) for g in got] == [(w["action"], w["tree"]) for w in want]
+    probabilities = [c["probability"] for g in got for c in g["candidates"]]
+    if which == "file":
+        shipped_forest = Forest(embedder)
+        assert [shipped_forest.add(u).action for u, _ in DIALOGUE] != [g["action"] for g in got]
+        assert probabilities and all(p is not None for p in probabilities)
+    else:
+        assert all(p is None for p in probabilities)
+    (tmp_path / "junk.npz").write_bytes(b"junk")
+    with pytest.raises(DeciderFileError, match=r"junk\.npz: not a decider file"):
+        create_app(embedder, decider=tmp_path / "junk.npz")

@@ -133,7 +133,7 @@ async def select_endpoint(service: Service, body: dict[str, Any], params: dict[s
 def _forest(service: Service, embedder: Any = None) -> Any:
     from chunktree.track import Forest
 
-    return Forest(embedder or service.embedder)
+    return Forest(embedder or service.embedder, decider=service.decider)
 
 
 def _load(service: Service) -> Any:
@@ -141,7 +141,7 @@ def _load(service: Service) -> Any:
 
     def load(path: Any) -> Any:
         try:
-            return Forest.load(path, service.embedder)
+            return Forest.load(path, service.embedder, decider=service.decider)
         except ForestFileError as exc:
             raise HTTPError(500, f"a saved conversation cannot be read: {exc}") from None
 
