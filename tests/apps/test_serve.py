@@ -17,9 +17,6 @@ from strict_json import loads as strict_loads
 from chunktree import order, select
 from chunktree.apps.serve import Limits, create_app
 
-# Its module-scoped fixture is built once: every test of the file runs on one xdist worker.
-pytestmark = pytest.mark.xdist_group("test_serve")
-
 
 @pytest.fixture(autouse=True)
 def strict_json_answers(monkeypatch):

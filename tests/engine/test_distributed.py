@@ -18,9 +18,6 @@ from chunktree.engine.order import order  # noqa: E402
 from chunktree.kernels.kmeans import spherical_kmeans  # noqa: E402
 from chunktree.kernels.topk import topk_clustered, topk_exact  # noqa: E402
 
-# Its module-scoped fixture is built once: every test of the file runs on one xdist worker.
-pytestmark = pytest.mark.xdist_group("test_distributed")
-
 
 def test_a_bad_address_is_one_clear_error():
     if ray.is_initialized():

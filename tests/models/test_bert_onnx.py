@@ -9,9 +9,6 @@ from scipy.special import erf
 
 from chunktree.models.bert_onnx import build_bert_onnx
 
-# Its module-scoped fixture is built once: every test of the file runs on one xdist worker.
-pytestmark = pytest.mark.xdist_group("test_bert_onnx")
-
 CONFIG = {"hidden_size": 32, "num_attention_heads": 4, "num_hidden_layers": 2, "intermediate_size": 48,
           "layer_norm_eps": 1e-12, "hidden_act": "gelu", "vocab_size": 50, "max_position_embeddings": 40}
 

@@ -16,9 +16,6 @@ from chunktree.engine.embedding import embed_texts
 from chunktree.kernels.similarity import similarity_matrix
 from chunktree.paths import cache_dir
 
-# Its module-scoped fixture is built once: every test of the file runs on one xdist worker.
-pytestmark = pytest.mark.xdist_group("test_quantize")
-
 GOLDEN = Path(__file__).resolve().parents[1] / "fixtures" / "golden_minilm.npz"
 
 
