@@ -807,11 +807,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     limits = Limits(max_texts=args.max_texts, max_queue=args.max_queue, max_batch=args.max_batch,
                     max_wait_ms=args.max_wait_ms, batching=not args.no_batching, queue_timeout_s=args.queue_timeout,
                     max_conversations=args.max_conversations, max_turns=args.max_turns)
-    decider = args.decider
-    if decider is not None and decider != "thresholds":
-        from chunktree.track.forest import load_decider
+    from chunktree.track.forest import load_decider
 
-        decider = load_decider(decider)  # a bad file fails before the model loads
+    decider = load_decider(args.decider) or "thresholds"  # a bad file fails before the model loads
     embedder = _embedder(args)
     app = create_app(embedder, api_key=api_key, limits=limits, metrics_public=args.metrics_public,
                      conversations_dir=args.conversations, decider=decider)

@@ -66,9 +66,7 @@ def create_app(embedder: Any = None, *, model: str | None = None, api_key: str |
                                     f"({exc.strerror or exc})") from None
     from chunktree.track.forest import load_decider
 
-    if decider is not None and not (isinstance(decider, str) and decider == "thresholds"):
-        decider = load_decider(decider)
-    service = Service(embedder, model, api_key, limits or Limits(), folder, decider)
+    service = Service(embedder, model, api_key, limits or Limits(), folder, load_decider(decider) or "thresholds")
 
     class FastJSON(JSONResponse):
         """JSON through orjson: float32 arrays serialised directly, several times faster than json."""

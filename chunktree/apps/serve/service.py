@@ -40,9 +40,9 @@ class Service:
     the conversations."""
 
     def __init__(self, embedder: Any, model: str | None, api_key: str | None, limits: Limits,
-                 conversations_dir: Path | None = None, decider: Any = None) -> None:
+                 conversations_dir: Path | None, decider: Any) -> None:
         self.embedder, self.model, self.api_key, self.limits = embedder, model, api_key, limits
-        self.decider = decider  # what every conversation's Forest gets as its decider
+        self.decider = decider  # every conversation's Forest's: a LearnedDecider or "thresholds"
         self.metrics = Metrics()
         self.conversations = Conversations(limits.max_conversations, conversations_dir, self.metrics)
         self.batcher: MicroBatcher | None = None
@@ -60,7 +60,7 @@ class Service:
                 self.embedder = await asyncio.to_thread(default_embedder)
         await asyncio.to_thread(self.embedder.warmup)
         embedder = self.embedder
-        if self.decider is not None and not isinstance(self.decider, str):
+        if not isinstance(self.decider, str):
             self.decider.check(embedder.dim)  # a decider for other vectors fails at startup, not at the first turn
 
         def embed(texts: list[str]) -> Any:
