@@ -74,9 +74,9 @@ DEFAULT_BLEND = 0.5
 # "runs": cosine gaps below the best query similarity (all-MiniLM-L6-v2's scale) and the edge
 # strength in z units, chosen on the shared HotpotQA and SQuAD-Shifts sets and topic-labelled
 # corpora (bench/eval_runs.py).
-RUNS_HEAD = 0.2
-RUNS_TAIL = 0.35
-RUNS_STRENGTH = 1.0
+RUNS_HEAD = 0.35
+RUNS_TAIL = 0.4
+RUNS_STRENGTH = 0.5
 METHODS = ("auto", "exact", "sparse")
 # "auto" takes the exact path up to this many chunks. The exact path holds one n x n float32
 # matrix (1.6 GB at n = 20,000); see bench/bench_order.py for the time and memory behind it.
