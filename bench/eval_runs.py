@@ -127,7 +127,8 @@ def main() -> None:
     say(f"{len(hotpot['bridge'])} bridge and {len(hotpot['comparison'])} comparison HotpotQA questions, "
         f"{len(squad)} SQuAD-Shifts questions, {len(topics)} questions on topic-labelled corpora. "
         "Later gold position: its paired difference from dense, mean [95% bootstrap interval] "
-        "(negative: earlier than dense), and how many questions read it later than dense. Topic runs: the share of questions for which every topic is read "
+        "(negative: earlier than dense), and how many questions read it later than dense. "
+        "Topic runs: the share of questions for which every topic is read "
         f"as one run (dense order: {dense_shares()[0]}). Shipped: head {RUNS_HEAD}, tail {RUNS_TAIL}, "
         f"strength {RUNS_STRENGTH}.")
     say("")
