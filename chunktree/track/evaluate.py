@@ -197,6 +197,8 @@ def score_context(turns: list[Turn], contexts: list[dict[str, tuple[list[int], i
         arr = np.array(values, dtype=np.float64)
         out[f"{name}_tokens"] = float(arr[:, 0].mean())
         out[f"{name}_recall"] = float(arr[:, 1].mean())
+    if rows:  # the forest within the window's tokens against the window, paired by dialogue
+        out["forest_minus_last_n_recall"] = out["forest_at_last_n_recall"] - out["last_n_recall"]
     return out
 
 

@@ -75,6 +75,34 @@ def test_the_budget_keeps_the_newest_turns(embedder, forest):
         f.context(budget_tokens=0)
 
 
+def test_under_a_budget_the_paths_newest_turns_then_the_conversations_newest(embedder):
+    from chunktree.track.forest import CONTEXT_PATH_TURNS as HEAD
+
+    f = Forest(embedder, decider="thresholds")
+    a, b = np.zeros(embedder.dim, np.float32), np.zeros(embedder.dim, np.float32)
+    a[0], b[1] = 1.0, 1.0
+    on_a = HEAD + 3
+    for i, v in enumerate([a] * on_a + [b] * 2 + [a]):  # turns on A, two on B, back to A
+        f._place(f"turn number {i} of this chat", "a reply", v, v)
+    back = on_a + 2
+    assert [n.tree for n in f.nodes] == [0] * on_a + [1] * 2 + [0]
+    path = [back, *range(on_a - 1, -1, -1)]  # newest first
+    assert f.context().turns == sorted(path)
+    head = path[:HEAD]
+    # Room for the head and two turns more: B's two (the conversation's newest), not the path's
+    # older turns.
+    c = f.context(budget_tokens=sum(f._tokens[n] for n in head + [on_a, on_a + 1]))
+    assert c.turns == sorted(head + [on_a, on_a + 1]) and c.cut
+    for budget in range(1, f.context(budget_tokens=10_000).tokens + 1, 7):
+        c = f.context(budget_tokens=budget)
+        assert c.tokens <= budget
+        rest = [n for n in c.turns if n not in head]
+        if rest:
+            assert set(head) <= set(c.turns)  # the head comes first
+            others = [n for n in range(back, -1, -1) if n not in head]
+            assert sorted(rest, reverse=True) == others[:len(rest)]  # then the newest, newest first
+
+
 def test_save_and_load_round_trip_and_go_on_alike(embedder, forest, tmp_path):
     f, _ = forest
     f.save(tmp_path / "f.json")
@@ -200,7 +228,7 @@ def test_a_budget_counts_each_line_once_however_many_topics(embedder):
         c = f.context(budget_tokens=60)
     finally:
         del embedder.count_tokens
-    assert c.tokens <= 60 and c.turns == [299] and c.cut
+    assert c.tokens <= 60 and c.cut and c.turns == list(range(300 - len(c.turns), 300))  # the newest turns
     assert len(calls) <= 3 and calls[0] == 1 + 299  # the header and each line, counted together once
     whole = f.context()
     assert whole.messages[0]["content"].count("\n- topic ") == 299
