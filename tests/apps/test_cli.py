@@ -20,8 +20,22 @@ def run(*args, cwd=None):
 
 
 @pytest.fixture
-def cli(capsys, monkeypatch):
-    """``chunktree ARGS`` in this process: returncode, stdout and stderr, like ``run``."""
+def cli(capsys, monkeypatch, embedder):
+    """``chunktree ARGS`` in this process: returncode, stdout and stderr, like ``run``. Where the
+    flags ask for the default embedder, the command gets the session's (loading the model again
+    takes about 0.4 s a command); other flags build their own, as the command does."""
+    from chunktree.apps import cli as cli_module
+    from chunktree.models.embedder import DEFAULT_BATCH_SIZE
+
+    build = cli_module._embedder
+
+    def shared(args):
+        flags = (args.model, args.backend, args.precision, args.threads,
+                 getattr(args, "batch_size", DEFAULT_BATCH_SIZE), getattr(args, "batch_tokens", None))
+        default = (cli_module.DEFAULT_MODEL.name, "auto", "auto", None, DEFAULT_BATCH_SIZE, None)
+        return embedder if flags == default else build(args)
+
+    monkeypatch.setattr(cli_module, "_embedder", shared)
 
     def call(*args, cwd=None):
         if cwd is not None:

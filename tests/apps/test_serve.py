@@ -23,6 +23,9 @@ def strict_json_answers(monkeypatch):
     """Every response body these tests read must be strict JSON (no NaN or Infinity)."""
     monkeypatch.setattr(httpx.Response, "json", lambda self, **kwargs: strict_loads(self.text))
 
+# One client for every request: a bare httpx.get builds a client and its TLS context each time
+# (about 30 ms here), which a suite of a few hundred requests pays for nothing.
+HTTP = httpx.Client(timeout=5.0)
 SENTENCES = ["The whale surfaced near the ship.", "Ahab paced the quarter-deck all night.",
              "Oil casks filled the hold.", "The white whale was seen again at dawn."]
 
@@ -45,7 +48,7 @@ class Served:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
             try:
-                if httpx.get(self.url + "/health").status_code == 200:
+                if HTTP.get(self.url + "/health").status_code == 200:
                     return self
             except httpx.TransportError:
                 pass
@@ -110,14 +113,14 @@ def test_unknown_paths_and_methods_answer_json_errors(service, method, path, sta
 
 
 def test_base64_is_little_endian_float32(service, embedder):
-    r = httpx.post(service.url + "/v1/embeddings", json={"input": ["abc"], "encoding_format": "base64"})
+    r = HTTP.post(service.url + "/v1/embeddings", json={"input": ["abc"], "encoding_format": "base64"})
     v = np.frombuffer(base64.b64decode(r.json()["data"][0]["embedding"]), dtype="<f4")
     np.testing.assert_allclose(v, embedder.embed(["abc"])[0], atol=1e-6)
 
 
 def test_order_equals_library(service, embedder):
     q = "Where is the white whale?"
-    r = httpx.post(service.url + "/v1/order", json={"texts": SENTENCES, "query": q, "strategy": "dfs"})
+    r = HTTP.post(service.url + "/v1/order", json={"texts": SENTENCES, "query": q, "strategy": "dfs"})
     assert r.status_code == 200
     doc = r.json()
     want = order(embedder.embed(SENTENCES), embedder.embed([q])[0], strategy="dfs")
@@ -127,12 +130,12 @@ def test_order_equals_library(service, embedder):
 
 
 def test_select_equals_library(service, embedder):
-    r = httpx.post(service.url + "/v1/select", json={"texts": SENTENCES, "k": 2, "per_cluster": 2})
+    r = HTTP.post(service.url + "/v1/select", json={"texts": SENTENCES, "k": 2, "per_cluster": 2})
     assert r.status_code == 200
     want = select(embedder.embed(SENTENCES), 2, per_cluster=2)
     got = [[rep["id"] for rep in c["representatives"]] for c in r.json()["clusters"]]
     assert got == [list(c.representatives) for c in want.clusters]
-    r = httpx.post(service.url + "/v1/select", json={"texts": SENTENCES, "k": 2, "coverage": True})
+    r = HTTP.post(service.url + "/v1/select", json={"texts": SENTENCES, "k": 2, "coverage": True})
     want = select(embedder.embed(SENTENCES), 2, coverage=True)
     assert r.status_code == 200 and r.json()["params"]["coverage"] is True
     assert [c["representatives"][0]["id"] for c in r.json()["clusters"]] == want.representatives
@@ -160,7 +163,7 @@ def test_select_equals_library(service, embedder):
     ("/v1/select", {"texts": SENTENCES, "k": 2, "coverage": 1}, 422, "'coverage' must be bool; got int"),
 ])
 def test_bad_requests(service, path, payload, status, message):
-    r = httpx.post(service.url + path, json=payload)
+    r = HTTP.post(service.url + path, json=payload)
     assert r.status_code == status and message in r.json()["error"]["message"]
     assert r.json()["error"]["type"] == "invalid_request_error"
 
@@ -193,14 +196,14 @@ def test_responses_equal_the_cli_json(service, embedder, tmp_path, capsys):
     cli_order = cli_json("order", "--query", q, "--strategy", "dfs")
     texts = [row["text"] for row in sorted(cli_order["chunks"], key=lambda row: row["id"])]
     assert texts == SENTENCES  # one chunk per record
-    served = httpx.post(service.url + "/v1/order", json={"texts": texts, "query": q, "strategy": "dfs"}).json()
+    served = HTTP.post(service.url + "/v1/order", json={"texts": texts, "query": q, "strategy": "dfs"}).json()
     assert set(served) == set(cli_order) and set(served["chunks"][0]) == set(cli_order["chunks"][0])
     assert all(served["chunks"][0][k] is None for k in PROVENANCE)
     assert_close(comparable(served, "chunks"), comparable(cli_order, "chunks"))
     assert set(served["timings"]) | {"chunk_s"} == set(cli_order["timings"])
 
     cli_select = cli_json("select", "-k", "2", "--per-cluster", "2")
-    served = httpx.post(service.url + "/v1/select", json={"texts": texts, "k": 2, "per_cluster": 2}).json()
+    served = HTTP.post(service.url + "/v1/select", json={"texts": texts, "k": 2, "per_cluster": 2}).json()
     assert set(served) == set(cli_select)
     assert_close(comparable(served, "clusters"), comparable(cli_select, "clusters"))
 
@@ -225,11 +228,11 @@ def test_error_types_follow_the_status(embedder, monkeypatch):
     limits = Limits(max_body=2_000, max_queue=8)
     with Served(create_app(embedder, api_key="k", limits=limits)) as s:
         auth = {"Authorization": "Bearer k"}
-        r = httpx.post(s.url + "/v1/embeddings", json={"input": "a"})
+        r = HTTP.post(s.url + "/v1/embeddings", json={"input": "a"})
         assert (r.status_code, r.json()["error"]["type"]) == (401, "authentication_error")
-        r = httpx.post(s.url + "/v1/embeddings", json={"input": ["y" * 300] * 8}, headers=auth)
+        r = HTTP.post(s.url + "/v1/embeddings", json={"input": ["y" * 300] * 8}, headers=auth)
         assert (r.status_code, r.json()["error"]["type"]) == (413, "request_too_large")
-        r = httpx.post(s.url + "/v1/embeddings", json={"input": ["z"] * 9}, headers=auth)
+        r = HTTP.post(s.url + "/v1/embeddings", json={"input": ["z"] * 9}, headers=auth)
         assert (r.status_code, r.json()["error"]["type"]) == (503, "server_error")
         assert r.json()["error"]["code"] == "queue_full"
 
@@ -237,7 +240,7 @@ def test_error_types_follow_the_status(embedder, monkeypatch):
             raise RuntimeError("a bug")
 
         monkeypatch.setattr("chunktree.apps.serve.routes.order", broken)
-        r = httpx.post(s.url + "/v1/order", json={"texts": ["a", "b"]}, headers=auth)
+        r = HTTP.post(s.url + "/v1/order", json={"texts": ["a", "b"]}, headers=auth)
         assert (r.status_code, r.json()["error"]["type"]) == (500, "server_error")
         assert "a bug" not in r.text  # the traceback goes to the server log, not to the client
 
@@ -253,17 +256,17 @@ def test_limits_check_themselves(kwargs, message):
 
 
 def test_malformed_json_and_oversized_body(service):
-    r = httpx.post(service.url + "/v1/embeddings", content=b"{not json", headers={"content-type": "application/json"})
+    r = HTTP.post(service.url + "/v1/embeddings", content=b"{not json", headers={"content-type": "application/json"})
     assert r.status_code == 400 and "not valid JSON" in r.json()["error"]["message"]
-    r = httpx.post(service.url + "/v1/embeddings", json={"input": ["y" * 400] * 60})
+    r = HTTP.post(service.url + "/v1/embeddings", json={"input": ["y" * 400] * 60})
     assert r.status_code == 413 and "the limit is max_body=20000" in r.json()["error"]["message"]
 
 
 def test_health_and_metrics(service):
-    health = httpx.get(service.url + "/health").json()
+    health = HTTP.get(service.url + "/health").json()
     assert health["status"] == "ok" and health["backend"] in ("openvino", "onnxruntime") and health["precision"]
-    httpx.post(service.url + "/v1/embeddings", json={"input": "count me"})
-    text = httpx.get(service.url + "/metrics").text
+    HTTP.post(service.url + "/v1/embeddings", json={"input": "count me"})
+    text = HTTP.get(service.url + "/metrics").text
     assert 'chunktree_requests_total{path="/v1/embeddings",status="200"}' in text
     assert "chunktree_request_seconds_bucket" in text and "chunktree_batch_size_count" in text
     assert "chunktree_queue_depth" in text
@@ -271,10 +274,10 @@ def test_health_and_metrics(service):
 
 def test_api_key(embedder):
     with Served(create_app(embedder, api_key="s3cret")) as s:
-        assert httpx.post(s.url + "/v1/embeddings", json={"input": "a"}).status_code == 401
-        bad = httpx.post(s.url + "/v1/embeddings", json={"input": "a"}, headers={"Authorization": "Bearer no"})
+        assert HTTP.post(s.url + "/v1/embeddings", json={"input": "a"}).status_code == 401
+        bad = HTTP.post(s.url + "/v1/embeddings", json={"input": "a"}, headers={"Authorization": "Bearer no"})
         assert bad.status_code == 401
-        ok = httpx.post(s.url + "/v1/embeddings", json={"input": "a"}, headers={"Authorization": "Bearer s3cret"})
+        ok = HTTP.post(s.url + "/v1/embeddings", json={"input": "a"}, headers={"Authorization": "Bearer s3cret"})
         assert ok.status_code == 200
 
 
@@ -289,7 +292,7 @@ def test_concurrent_requests_are_batched_and_overload_gives_503(embedder):
 
         replies = asyncio.run(burst(16, 1))
         assert all(r.status_code == 200 for r in replies)
-        metrics = httpx.get(s.url + "/metrics").text
+        metrics = HTTP.get(s.url + "/metrics").text
         calls = float(next(line.split()[-1] for line in metrics.splitlines()
                            if line.startswith("chunktree_batch_size_count")))
         assert calls < 16  # 16 concurrent requests went through fewer model calls
@@ -301,16 +304,16 @@ def test_concurrent_requests_are_batched_and_overload_gives_503(embedder):
         assert 503 in codes and 200 in codes
         busy = next(r for r in overloaded if r.status_code == 503)
         assert busy.headers["Retry-After"] == "1" and "max_queue=40" in busy.json()["error"]["message"]
-        recovered = httpx.post(s.url + "/v1/embeddings", json={"input": ["after the storm"]})
+        recovered = HTTP.post(s.url + "/v1/embeddings", json={"input": ["after the storm"]})
         assert recovered.status_code == 200
 
 
 def test_metrics_need_the_key_unless_public(embedder):
     with Served(create_app(embedder, api_key="k")) as s:
-        assert httpx.get(s.url + "/metrics").status_code == 401
-        assert httpx.get(s.url + "/metrics", headers={"Authorization": "Bearer k"}).status_code == 200
+        assert HTTP.get(s.url + "/metrics").status_code == 401
+        assert HTTP.get(s.url + "/metrics", headers={"Authorization": "Bearer k"}).status_code == 200
     with Served(create_app(embedder, api_key="k", metrics_public=True)) as s:
-        assert httpx.get(s.url + "/metrics").status_code == 200
+        assert HTTP.get(s.url + "/metrics").status_code == 200
 
 
 def test_a_chunked_upload_is_refused_as_soon_as_it_passes_the_limit(embedder):
@@ -367,7 +370,7 @@ class GatedEmbedder:
 
 
 def metric(url, name):
-    lines = httpx.get(url + "/metrics").text.splitlines()
+    lines = HTTP.get(url + "/metrics").text.splitlines()
     return sum(float(line.split()[-1]) for line in lines if line.startswith(name))
 
 
@@ -390,7 +393,7 @@ def test_abandoned_requests_leave_the_queue_unrun(embedder):
     with Served(create_app(gated, limits=Limits(queue_timeout_s=60))) as s:
         replies = []
         holder = threading.Thread(target=lambda: replies.append(
-            httpx.post(s.url + "/v1/embeddings", json={"input": ["hold the model"]}, timeout=60)))
+            HTTP.post(s.url + "/v1/embeddings", json={"input": ["hold the model"]}, timeout=60)))
         holder.start()
         assert gated.busy.wait(10)
         for i in range(8):
@@ -399,8 +402,8 @@ def test_abandoned_requests_leave_the_queue_unrun(embedder):
         assert metric(s.url, "chunktree_queue_depth") == 0
         gated.gate.set()
         holder.join(30)
-        after = httpx.post(s.url + "/v1/embeddings", json={"input": ["after the storm"]})
-        order_after = httpx.post(s.url + "/v1/order", json={"texts": SENTENCES})
+        after = HTTP.post(s.url + "/v1/embeddings", json={"input": ["after the storm"]})
+        order_after = HTTP.post(s.url + "/v1/order", json={"texts": SENTENCES})
     assert replies[0].status_code == after.status_code == order_after.status_code == 200
     embedded = gated.embedded()
     assert embedded[:2] == ["hold the model", "after the storm"] and sorted(embedded[2:]) == sorted(SENTENCES)
@@ -409,7 +412,7 @@ def test_abandoned_requests_leave_the_queue_unrun(embedder):
 def test_an_abandoned_order_request_stops_its_worker(embedder):
     gated = GatedEmbedder(embedder)
     with Served(create_app(gated)) as s:
-        holder = threading.Thread(target=lambda: httpx.post(s.url + "/v1/embeddings", json={"input": ["hold"]}))
+        holder = threading.Thread(target=lambda: HTTP.post(s.url + "/v1/embeddings", json={"input": ["hold"]}))
         holder.start()
         assert gated.busy.wait(10)
         body = json.dumps({"texts": ["never embedded", "nor this"]}).encode()
@@ -420,22 +423,22 @@ def test_an_abandoned_order_request_stops_its_worker(embedder):
         wait_until(lambda: metric(s.url, 'chunktree_dropped_requests_total{reason="abandoned"}') == 1)
         gated.gate.set()
         holder.join(30)
-        assert httpx.post(s.url + "/v1/embeddings", json={"input": ["next"]}).status_code == 200
+        assert HTTP.post(s.url + "/v1/embeddings", json={"input": ["next"]}).status_code == 200
     assert gated.embedded() == ["hold", "next"]
 
 
 def test_queued_work_past_its_deadline_gets_503_and_is_not_run(embedder):
     gated = GatedEmbedder(embedder)
     with Served(create_app(gated, limits=Limits(queue_timeout_s=0.5))) as s:
-        holder = threading.Thread(target=lambda: httpx.post(s.url + "/v1/embeddings", json={"input": ["hold"]}))
+        holder = threading.Thread(target=lambda: HTTP.post(s.url + "/v1/embeddings", json={"input": ["hold"]}))
         holder.start()
         assert gated.busy.wait(10)
         t0 = time.monotonic()
-        late = httpx.post(s.url + "/v1/embeddings", json={"input": ["too late"]}, timeout=30)
+        late = HTTP.post(s.url + "/v1/embeddings", json={"input": ["too late"]}, timeout=30)
         waited = time.monotonic() - t0
         gated.gate.set()
         holder.join(30)
-        assert httpx.post(s.url + "/v1/embeddings", json={"input": ["next"]}).status_code == 200
+        assert HTTP.post(s.url + "/v1/embeddings", json={"input": ["next"]}).status_code == 200
     assert late.status_code == 503 and late.json()["error"]["code"] == "queue_timeout"
     assert late.headers["Retry-After"] == "1" and "queue_timeout_s" in late.json()["error"]["message"]
     assert waited < 10
@@ -446,20 +449,20 @@ def test_admission_refuses_at_once_what_the_measured_rate_cannot_serve_in_time(e
     gated = GatedEmbedder(embedder)
     with Served(create_app(gated, limits=Limits(queue_timeout_s=2.0, max_chars=5000))) as s:
         threading.Timer(1.0, gated.gate.set).start()
-        first = httpx.post(s.url + "/v1/embeddings", json={"input": ["w" * 1000]}, timeout=30)
+        first = HTTP.post(s.url + "/v1/embeddings", json={"input": ["w" * 1000]}, timeout=30)
         assert first.status_code == 200  # took >= 1 s for 1,000 characters: the rate is <= 1,000 chars/s
         gated.gate.clear()
         gated.busy.clear()
-        holder = threading.Thread(target=lambda: httpx.post(s.url + "/v1/embeddings", json={"input": ["x" * 2500]},
+        holder = threading.Thread(target=lambda: HTTP.post(s.url + "/v1/embeddings", json={"input": ["x" * 2500]},
                                                             timeout=30))
         holder.start()
         assert gated.busy.wait(10)  # 2,500 characters ahead: >= 2.5 s of work, past the 2 s deadline
         t0 = time.monotonic()
-        refused = httpx.post(s.url + "/v1/embeddings", json={"input": ["a short one"]}, timeout=30)
+        refused = HTTP.post(s.url + "/v1/embeddings", json={"input": ["a short one"]}, timeout=30)
         refused_in = time.monotonic() - t0
         gated.gate.set()
         holder.join(30)
-        alone = httpx.post(s.url + "/v1/embeddings", json={"input": ["u" * 3000]}, timeout=30)
+        alone = HTTP.post(s.url + "/v1/embeddings", json={"input": ["u" * 3000]}, timeout=30)
     assert refused.status_code == 503 and refused.json()["error"]["code"] == "overloaded"
     assert "past 90% of the queue deadline (queue_timeout_s=2)" in refused.json()["error"]["message"]
     assert int(refused.headers["Retry-After"]) >= 1
@@ -478,10 +481,10 @@ def test_conversations_place_turns_as_the_library_does(embedder):
     from chunktree.track import Forest
 
     with Served(create_app(embedder)) as s:
-        made = httpx.post(s.url + "/v1/conversations", json={"id": "c1"})
+        made = HTTP.post(s.url + "/v1/conversations", json={"id": "c1"})
         assert made.status_code == 200 and made.json() == {"id": "c1", "turns": 0}
-        assert httpx.post(s.url + "/v1/conversations", json={"id": "c1"}).status_code == 409
-        replies = [httpx.post(s.url + "/v1/conversations/c1/turns",
+        assert HTTP.post(s.url + "/v1/conversations", json={"id": "c1"}).status_code == 409
+        replies = [HTTP.post(s.url + "/v1/conversations/c1/turns",
                               json={"user": u, **({"assistant": a} if a else {}), "budget_tokens": 500})
                    for u, a in DIALOGUE]
         assert all(r.status_code == 200 for r in replies)
@@ -494,12 +497,12 @@ def test_conversations_place_turns_as_the_library_does(embedder):
             for cg, cw in zip(g["candidates"], w["candidates"]):
                 assert cg["tree"] == cw["tree"] and abs(cg["fit"] - cw["fit"]) < 1e-5
         assert replies[-1].json()["context"]["messages"] == local.context(500).messages
-        forest = httpx.get(s.url + "/v1/conversations/c1").json()
+        forest = HTTP.get(s.url + "/v1/conversations/c1").json()
         assert forest["turns"] == 4 and forest["tree"] == local.show() and "vectors" not in forest["forest"]
-        ctx = httpx.get(s.url + "/v1/conversations/c1/context", params={"budget_tokens": 30}).json()["context"]
+        ctx = HTTP.get(s.url + "/v1/conversations/c1/context", params={"budget_tokens": 30}).json()["context"]
         assert ctx == local.context(30).to_dict()
-        assert httpx.delete(s.url + "/v1/conversations/c1").json() == {"id": "c1", "deleted": True}
-        gone = httpx.get(s.url + "/v1/conversations/c1")
+        assert HTTP.delete(s.url + "/v1/conversations/c1").json() == {"id": "c1", "deleted": True}
+        gone = HTTP.get(s.url + "/v1/conversations/c1")
         assert gone.status_code == 404 and gone.json()["error"]["code"] == "conversation_not_found"
 
 
@@ -511,8 +514,8 @@ def test_conversations_place_turns_as_the_library_does(embedder):
     ("/v1/conversations/t1/turns", {"user": "hi", "budget_tokens": 0}, 422, "'budget_tokens' must be a positive int"),
 ])
 def test_conversation_errors(service, path, payload, status, message):
-    httpx.post(service.url + "/v1/conversations", json={"id": "t1"})
-    r = httpx.post(service.url + path, json=payload)
+    HTTP.post(service.url + "/v1/conversations", json={"id": "t1"})
+    r = HTTP.post(service.url + path, json=payload)
     assert r.status_code == status and message in r.json()["error"]["message"], r.text
 
 
@@ -520,23 +523,23 @@ def test_conversations_are_bounded_evicted_and_kept_on_disk(embedder, tmp_path):
     limits = Limits(max_conversations=2, max_turns=3)
     with Served(create_app(embedder, limits=limits)) as s:  # no folder: the least recently used is lost
         for c in ("a", "b", "c"):
-            httpx.post(s.url + "/v1/conversations", json={"id": c})
-        assert httpx.get(s.url + "/v1/conversations/a").status_code == 404
-        assert httpx.get(s.url + "/v1/conversations/b").status_code == 200
+            HTTP.post(s.url + "/v1/conversations", json={"id": c})
+        assert HTTP.get(s.url + "/v1/conversations/a").status_code == 404
+        assert HTTP.get(s.url + "/v1/conversations/b").status_code == 200
         for u, _ in DIALOGUE[:3]:
-            assert httpx.post(s.url + "/v1/conversations/b/turns", json={"user": u}).status_code == 200
-        full = httpx.post(s.url + "/v1/conversations/b/turns", json={"user": DIALOGUE[3][0]})
+            assert HTTP.post(s.url + "/v1/conversations/b/turns", json={"user": u}).status_code == 200
+        full = HTTP.post(s.url + "/v1/conversations/b/turns", json={"user": DIALOGUE[3][0]})
         assert full.status_code == 422 and full.json()["error"]["code"] == "too_many_turns"
         assert metric(s.url, "chunktree_evicted_conversations_total") == 1
     folder = tmp_path / "conversations"
     with Served(create_app(embedder, limits=Limits(max_conversations=1), conversations_dir=folder)) as s:
-        httpx.post(s.url + "/v1/conversations", json={"id": "kept"})
-        first = [httpx.post(s.url + "/v1/conversations/kept/turns", json={"user": u}).json() for u, _ in DIALOGUE[:2]]
-        httpx.post(s.url + "/v1/conversations", json={"id": "other"})  # evicts "kept" from memory
-        third = httpx.post(s.url + "/v1/conversations/kept/turns", json={"user": DIALOGUE[2][0]})
+        HTTP.post(s.url + "/v1/conversations", json={"id": "kept"})
+        first = [HTTP.post(s.url + "/v1/conversations/kept/turns", json={"user": u}).json() for u, _ in DIALOGUE[:2]]
+        HTTP.post(s.url + "/v1/conversations", json={"id": "other"})  # evicts "kept" from memory
+        third = HTTP.post(s.url + "/v1/conversations/kept/turns", json={"user": DIALOGUE[2][0]})
         assert third.status_code == 200 and third.json()["turn"] == 2  # loaded back from its file
     with Served(create_app(embedder, conversations_dir=folder)) as s:  # a restart keeps it
-        after = httpx.get(s.url + "/v1/conversations/kept").json()
+        after = HTTP.get(s.url + "/v1/conversations/kept").json()
         assert after["turns"] == 3 and [first[0]["decision"]["action"], first[1]["decision"]["action"]] == [
             "new_topic", "continue"]
     assert sorted(p.name for p in folder.iterdir()) == ["kept.json", "kept.json.journal", "other.json"]
@@ -561,39 +564,39 @@ def test_an_evicted_conversation_read_during_its_turn_loses_nothing(embedder, tm
     folder = tmp_path / "conversations"
     app = create_app(SlowEmbedder(embedder), limits=Limits(max_conversations=1), conversations_dir=folder)
     with Served(app) as s:
-        httpx.post(s.url + "/v1/conversations", json={"id": "a"})
+        HTTP.post(s.url + "/v1/conversations", json={"id": "a"})
         slow = {}
-        worker = threading.Thread(target=lambda: slow.update(r=httpx.post(
+        worker = threading.Thread(target=lambda: slow.update(r=HTTP.post(
             s.url + "/v1/conversations/a/turns", json={"user": "SLOW: why did Ahab hunt the whale?"}, timeout=30)))
         worker.start()
         time.sleep(0.5)  # the turn is being embedded
-        httpx.post(s.url + "/v1/conversations", json={"id": "b"})  # evicts "a" from memory
-        read = httpx.get(s.url + "/v1/conversations/a", timeout=30)  # waits for the turn, then reads it
+        HTTP.post(s.url + "/v1/conversations", json={"id": "b"})  # evicts "a" from memory
+        read = HTTP.get(s.url + "/v1/conversations/a", timeout=30)  # waits for the turn, then reads it
         worker.join()
         assert slow["r"].status_code == 200 and slow["r"].json()["turn"] == 0
         assert read.status_code == 200 and read.json()["turns"] == 1
-        nxt = httpx.post(s.url + "/v1/conversations/a/turns", json={"user": "and what colour was it?"})
+        nxt = HTTP.post(s.url + "/v1/conversations/a/turns", json={"user": "and what colour was it?"})
         assert nxt.json()["turn"] == 1  # a new number: the acknowledged turn 0 is kept
-        assert httpx.get(s.url + "/v1/conversations/a").json()["turns"] == 2
+        assert HTTP.get(s.url + "/v1/conversations/a").json()["turns"] == 2
 
 
 def test_a_failed_save_changes_nothing(embedder, tmp_path):
     folder = tmp_path / "conversations"
     with Served(create_app(embedder, conversations_dir=folder)) as s:
         (folder / "n.json").mkdir()  # its file cannot be written
-        r = httpx.post(s.url + "/v1/conversations", json={"id": "n"})
+        r = HTTP.post(s.url + "/v1/conversations", json={"id": "n"})
         assert r.status_code == 500 and "could not be saved" in r.json()["error"]["message"]
         (folder / "n.json").rmdir()
-        assert httpx.post(s.url + "/v1/conversations", json={"id": "n"}).status_code == 200  # the id was not taken
+        assert HTTP.post(s.url + "/v1/conversations", json={"id": "n"}).status_code == 200  # the id was not taken
         (folder / "n.json").rename(folder / "n.bak")
         (folder / "n.json").mkdir()
-        r = httpx.post(s.url + "/v1/conversations/n/turns", json={"user": "Why did Ahab hunt the whale?"})
+        r = HTTP.post(s.url + "/v1/conversations/n/turns", json={"user": "Why did Ahab hunt the whale?"})
         assert r.status_code == 500 and "was not kept" in r.json()["error"]["message"]
         (folder / "n.json").rmdir()
         (folder / "n.bak").rename(folder / "n.json")
-        again = httpx.post(s.url + "/v1/conversations/n/turns", json={"user": "Why did Ahab hunt the whale?"})
+        again = HTTP.post(s.url + "/v1/conversations/n/turns", json={"user": "Why did Ahab hunt the whale?"})
         assert again.status_code == 200 and again.json()["turn"] == 0  # the failed one was not applied
-        assert httpx.get(s.url + "/v1/conversations/n").json()["turns"] == 1
+        assert HTTP.get(s.url + "/v1/conversations/n").json()["turns"] == 1
 
 
 def test_a_folder_that_cannot_be_written_is_refused_at_startup(embedder, tmp_path):
@@ -610,10 +613,10 @@ def test_a_text_that_is_not_unicode_fails_only_its_own_request(service):
 
     def call(i):
         if i == 3:
-            results[i] = httpx.post(service.url + "/v1/embeddings", content=bad,
+            results[i] = HTTP.post(service.url + "/v1/embeddings", content=bad,
                                     headers={"content-type": "application/json"})
         else:
-            results[i] = httpx.post(service.url + "/v1/embeddings", json={"input": [f"good text {i}"]})
+            results[i] = HTTP.post(service.url + "/v1/embeddings", json={"input": [f"good text {i}"]})
 
     threads = [threading.Thread(target=call, args=(i,)) for i in range(7)]
     for t in threads:
@@ -623,19 +626,19 @@ def test_a_text_that_is_not_unicode_fails_only_its_own_request(service):
     assert [results[i].status_code for i in range(7)] == [200, 200, 200, 422, 200, 200, 200]
     error = results[3].json()["error"]
     assert "'input[1]' is not valid Unicode: a lone surrogate '\\ud800' at character 4" in error["message"]
-    httpx.post(service.url + "/v1/conversations", json={"id": "u1"})
-    turn = httpx.post(service.url + "/v1/conversations/u1/turns", content=b'{"user": "bad \\ud800"}',
+    HTTP.post(service.url + "/v1/conversations", json={"id": "u1"})
+    turn = HTTP.post(service.url + "/v1/conversations/u1/turns", content=b'{"user": "bad \\ud800"}',
                       headers={"content-type": "application/json"})
     assert turn.status_code == 422 and "'user' is not valid Unicode" in turn.json()["error"]["message"]
 
 
 def test_the_lock_table_holds_only_requests_in_flight(embedder):
     app = create_app(embedder)
-    with Served(app) as s:
+    with Served(app) as s, httpx.Client(base_url=s.url) as client:
         for i in range(40):
-            httpx.get(s.url + f"/v1/conversations/missing{i}")
-            httpx.post(s.url + f"/v1/conversations/missing{i}/turns", json={"user": "hello"})
-            httpx.post(s.url + f"/v1/conversations/bad%20id{i}/turns", json={"user": "hello"})
+            client.get(f"/v1/conversations/missing{i}")
+            client.post(f"/v1/conversations/missing{i}/turns", json={"user": "hello"})
+            client.post(f"/v1/conversations/bad%20id{i}/turns", json={"user": "hello"})
         service = next(c.cell_contents for c in app.router.routes[0].endpoint.__closure__
                        if type(c.cell_contents).__name__ == "Service")
         assert service.conversations._locks == {}
@@ -644,31 +647,31 @@ def test_the_lock_table_holds_only_requests_in_flight(embedder):
 @pytest.mark.parametrize("query, body", [("budget_tokens=%C2%B2", None), ("budget_tokens=" + "9" * 5_000, None),
                                          (None, b"[" * 5_000 + b"]" * 5_000)])
 def test_odd_inputs_get_4xx_not_500(service, query, body):
-    httpx.post(service.url + "/v1/conversations", json={"id": "odd"})
+    HTTP.post(service.url + "/v1/conversations", json={"id": "odd"})
     if query:
-        r = httpx.get(service.url + "/v1/conversations/odd/context?" + query)
+        r = HTTP.get(service.url + "/v1/conversations/odd/context?" + query)
     else:
-        r = httpx.post(service.url + "/v1/conversations/odd/turns", content=body,
+        r = HTTP.post(service.url + "/v1/conversations/odd/turns", content=body,
                        headers={"content-type": "application/json"})
     assert 400 <= r.status_code < 500, r.text
 
 
 def test_a_retried_turn_that_was_kept_is_refused_not_added_twice(embedder, tmp_path):
     with Served(create_app(embedder, conversations_dir=tmp_path)) as s:
-        httpx.post(s.url + "/v1/conversations", json={"id": "r"})
-        first = httpx.post(s.url + "/v1/conversations/r/turns", json={"user": "How long should dough rise?", "turn": 0})
+        HTTP.post(s.url + "/v1/conversations", json={"id": "r"})
+        first = HTTP.post(s.url + "/v1/conversations/r/turns", json={"user": "How long should dough rise?", "turn": 0})
         assert first.status_code == 200 and first.json()["turn"] == 0
-        again = httpx.post(s.url + "/v1/conversations/r/turns", json={"user": "How long should dough rise?", "turn": 0})
+        again = HTTP.post(s.url + "/v1/conversations/r/turns", json={"user": "How long should dough rise?", "turn": 0})
         assert again.status_code == 409 and again.json()["error"]["code"] == "turn_mismatch"
         assert ("'turn' is 0, but the conversation holds 1 turn, so this turn would be turn 1; turn 0 is "
                 "'How long should dough rise?'") in again.json()["error"]["message"]
-        ahead = httpx.post(s.url + "/v1/conversations/r/turns", json={"user": "And how warm?", "turn": 5})
+        ahead = HTTP.post(s.url + "/v1/conversations/r/turns", json={"user": "And how warm?", "turn": 5})
         assert ahead.status_code == 409
-        bad = httpx.post(s.url + "/v1/conversations/r/turns", json={"user": "And how warm?", "turn": "1"})
+        bad = HTTP.post(s.url + "/v1/conversations/r/turns", json={"user": "And how warm?", "turn": "1"})
         assert bad.status_code == 422 and "'turn' must be int" in bad.text
-        nxt = httpx.post(s.url + "/v1/conversations/r/turns", json={"user": "And how warm?", "turn": 1})
+        nxt = HTTP.post(s.url + "/v1/conversations/r/turns", json={"user": "And how warm?", "turn": 1})
         assert nxt.status_code == 200 and nxt.json()["turn"] == 1
-        assert [n["user"] for n in httpx.get(s.url + "/v1/conversations/r").json()["forest"]["nodes"]] == [
+        assert [n["user"] for n in HTTP.get(s.url + "/v1/conversations/r").json()["forest"]["nodes"]] == [
             "How long should dough rise?", "And how warm?"]
 
 
@@ -683,8 +686,8 @@ def test_conversations_use_the_decider_the_server_was_given(embedder, tmp_path, 
         shipped = default_decider()
         dataclasses.replace(shipped, weights=-shipped.weights).save(decider)
     with Served(create_app(embedder, decider=decider)) as s:
-        httpx.post(s.url + "/v1/conversations", json={"id": "c"})
-        got = [httpx.post(s.url + "/v1/conversations/c/turns", json={"user": u}).json()["decision"] for u, _ in DIALOGUE]
+        HTTP.post(s.url + "/v1/conversations", json={"id": "c"})
+        got = [HTTP.post(s.url + "/v1/conversations/c/turns", json={"user": u}).json()["decision"] for u, _ in DIALOGUE]
     local = Forest(embedder, decider=decider)
     want = [local.add(u).to_dict() for u, _ in DIALOGUE]
     assert [(g["action"], g["tree"]) for g in got] == [(w["action"], w["tree"]) for w in want]
