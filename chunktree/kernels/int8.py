@@ -9,10 +9,14 @@ similarity is about 1e-3 at d = 384, so callers keep a few more candidates than 
 compute the exact similarity of those.
 """
 
+import threading
+from typing import Any
+
 import numpy as np
 from numba import njit
 
 _SESSION = None
+_SESSION_LOCK = threading.Lock()
 # The graph: one MatMulInteger node, Y = A @ B with A's zero point 128 (opset 13, IR version 8),
 # stored serialised (121 bytes) because building it needs the onnx package, whose import took
 # 0.6 s here: more than the whole join at n = 100,000. tests/kernels/test_int8.py builds it with
@@ -20,21 +24,22 @@ _SESSION = None
 MODEL = "int8_product.onnx"
 
 
-def _session():
-    """One onnxruntime session computing ``A @ B`` for uint8 A (zero point 128) and int8 B, on the
-    calling thread."""
+def _session() -> Any:
+    """One onnxruntime session computing ``A @ B`` for uint8 A (zero point 128) and int8 B, made
+    once however many threads ask for it at once, run on the calling thread."""
     global _SESSION
-    if _SESSION is None:
-        from importlib import resources
+    with _SESSION_LOCK:
+        if _SESSION is None:
+            from importlib import resources
 
-        import onnxruntime as ort
+            import onnxruntime as ort
 
-        options = ort.SessionOptions()
-        # One thread a product: callers run products in several threads at once, each merging
-        # its own product while it is in its core's cache (``kernels.forest._best_edges_into``).
-        options.intra_op_num_threads = 1
-        model = (resources.files("chunktree") / "data" / MODEL).read_bytes()
-        _SESSION = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
+            options = ort.SessionOptions()
+            # One thread a product: callers run products in several threads at once, each merging
+            # its own product while it is in its core's cache (``kernels.forest._best_edges_into``).
+            options.intra_op_num_threads = 1
+            model = (resources.files("chunktree") / "data" / MODEL).read_bytes()
+            _SESSION = ort.InferenceSession(model, options, providers=["CPUExecutionProvider"])
     return _SESSION
 
 

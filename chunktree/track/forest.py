@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import dataclasses
+import itertools
 import os
 import re
 import sys
@@ -594,12 +595,14 @@ class Forest:
         budget = budget_tokens if budget_tokens is not None else sys.maxsize
         path = self._path(self.current)  # newest first
         head = path[:CONTEXT_PATH_TURNS]
-        ranked = path if budget_tokens is None else head + [n for n in range(len(self.nodes) - 1, -1, -1)
-                                                            if n not in set(head)]
-        costs = np.cumsum([self._tokens[n] for n in ranked])
-        keep = int(np.searchsorted(costs, budget, side="right"))
-        turns = sorted(ranked[:keep])
-        used = int(costs[keep - 1]) if keep else 0
+        newest = (n for n in range(len(self.nodes) - 1, -1, -1) if n not in head)
+        turns, used = [], 0
+        for n in path if budget_tokens is None else itertools.chain(head, newest):
+            if used + self._tokens[n] > budget:
+                break
+            turns.append(n)
+            used += self._tokens[n]
+        turns.sort()
         lines = self._topic_lines(set(path))
         system: list[dict[str, str]] = []
         shown = 0
