@@ -2,6 +2,7 @@ import os
 import shutil
 import tempfile
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -30,6 +31,35 @@ def embedder():
     from chunktree import Embedder
 
     return Embedder()
+
+
+@pytest.fixture
+def cli(capsys, monkeypatch, embedder):
+    """``chunktree ARGS`` in this process: returncode, stdout and stderr, as a subprocess run
+    gives them. Where the flags ask for the default embedder, the command gets the session's
+    (loading the model again takes about 0.4 s a command); other flags build their own, as the
+    command does."""
+    from chunktree.apps import cli as cli_module
+    from chunktree.models.embedder import DEFAULT_BATCH_SIZE
+
+    build = cli_module._embedder
+
+    def shared(args):
+        flags = (args.model, args.backend, args.precision, args.threads,
+                 getattr(args, "batch_size", DEFAULT_BATCH_SIZE), getattr(args, "batch_tokens", None))
+        default = (cli_module.DEFAULT_MODEL.name, "auto", "auto", None, DEFAULT_BATCH_SIZE, None)
+        return embedder if flags == default else build(args)
+
+    monkeypatch.setattr(cli_module, "_embedder", shared)
+
+    def call(*args, cwd=None):
+        if cwd is not None:
+            monkeypatch.chdir(cwd)
+        code = cli_module.main([str(a) for a in args])
+        out = capsys.readouterr()
+        return SimpleNamespace(returncode=code, stdout=out.out, stderr=out.err)
+
+    return call
 
 
 @pytest.fixture(scope="session")

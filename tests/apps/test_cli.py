@@ -4,47 +4,16 @@ in-process (``main``) for the arguments and outputs."""
 import json
 import subprocess
 import sys
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
 from strict_json import loads
-
-from chunktree.apps.cli import main
 
 
 def run(*args, cwd=None):
     """``python -m chunktree ARGS`` in a subprocess."""
     return subprocess.run([sys.executable, "-m", "chunktree", *args], capture_output=True, text=True,
                           cwd=cwd, timeout=300)
-
-
-@pytest.fixture
-def cli(capsys, monkeypatch, embedder):
-    """``chunktree ARGS`` in this process: returncode, stdout and stderr, like ``run``. Where the
-    flags ask for the default embedder, the command gets the session's (loading the model again
-    takes about 0.4 s a command); other flags build their own, as the command does."""
-    from chunktree.apps import cli as cli_module
-    from chunktree.models.embedder import DEFAULT_BATCH_SIZE
-
-    build = cli_module._embedder
-
-    def shared(args):
-        flags = (args.model, args.backend, args.precision, args.threads,
-                 getattr(args, "batch_size", DEFAULT_BATCH_SIZE), getattr(args, "batch_tokens", None))
-        default = (cli_module.DEFAULT_MODEL.name, "auto", "auto", None, DEFAULT_BATCH_SIZE, None)
-        return embedder if flags == default else build(args)
-
-    monkeypatch.setattr(cli_module, "_embedder", shared)
-
-    def call(*args, cwd=None):
-        if cwd is not None:
-            monkeypatch.chdir(cwd)
-        code = main([str(a) for a in args])
-        out = capsys.readouterr()
-        return SimpleNamespace(returncode=code, stdout=out.out, stderr=out.err)
-
-    return call
 
 
 @pytest.fixture

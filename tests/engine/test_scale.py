@@ -3,7 +3,6 @@ known power law, and the command end to end (report, plots, a clean stop at the 
 
 import subprocess
 import sys
-from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -121,38 +120,36 @@ def test_scale_refuses_bad_input_before_work(tmp_path, capsys):
         assert message in err, err
 
 
-def _scale(tmp_path, capsys, *args):
+def _scale(tmp_path, cli, *args):
     """``chunktree scale ARGS`` in this process (each size is still measured in a process of its
-    own): the exit code and stderr, and the scale.json written."""
-    from chunktree.apps.cli import main
-
+    own), and the scale.json written."""
     out = tmp_path / "report"
-    code = main(["scale", "--no-plots", "-o", str(out), *args])
-    return SimpleNamespace(returncode=code, stderr=capsys.readouterr().err), loads((out / "scale.json").read_text())
+    r = cli("scale", "--no-plots", "-o", out, *args)
+    return r, loads((out / "scale.json").read_text())
 
 
-def test_scale_stops_a_child_past_the_memory_budget_and_exits_non_zero(tmp_path, capsys):
+def test_scale_stops_a_child_past_the_memory_budget_and_exits_non_zero(tmp_path, cli):
     # The interpreter with numpy and the kernels alone holds more than 40 MB: the child is stopped
     # while it runs, not after.
-    r, doc = _scale(tmp_path, capsys, "--sizes", "800", "--memory-budget", "40")
+    r, doc = _scale(tmp_path, cli, "--sizes", "800", "--memory-budget", "40")
     assert r.returncode == 1
     assert doc["sizes"] == [] and doc["failed"] is False
     assert doc["stopped"].startswith("n=800 stopped at ") and "past the memory budget 40 MB" in doc["stopped"]
     assert "no size was measured" in r.stderr
 
 
-def test_scale_leaves_out_a_size_whose_vectors_alone_pass_the_budget(tmp_path, capsys):
-    r, doc = _scale(tmp_path, capsys, "--sizes", "1000000000000")
+def test_scale_leaves_out_a_size_whose_vectors_alone_pass_the_budget(tmp_path, cli):
+    r, doc = _scale(tmp_path, cli, "--sizes", "1000000000000")
     assert r.returncode == 1, r.stderr
     assert doc["stopped"].startswith("n=1,000,000,000,000 left out: its vectors alone take 1,464,843,750 MB")
     assert "Traceback" not in r.stderr
 
 
-def test_scale_reports_a_child_that_failed_and_exits_non_zero(tmp_path, capsys):
+def test_scale_reports_a_child_that_failed_and_exits_non_zero(tmp_path, cli):
     x = np.random.default_rng(0).standard_normal((200, 8)).astype(np.float32)
     x[7] = 0.0  # a zero row: the child's unit-row check refuses it
     np.save(tmp_path / "x.npy", x)
-    r, doc = _scale(tmp_path, capsys, "--sizes", "200", "--embeddings", str(tmp_path / "x.npy"))
+    r, doc = _scale(tmp_path, cli, "--sizes", "200", "--embeddings", str(tmp_path / "x.npy"))
     assert r.returncode == 1
     assert doc["failed"] is True
     assert doc["stopped"].startswith("n=200: the measuring process failed: InvalidValueError: embeddings")
