@@ -1,8 +1,12 @@
 """Similarity products in int8, for searches that rescore their candidates exactly.
 
-The left side's rows are quantised one scale per row (``round(127 * v / max|v|)``), the right
-side's block of rows with one scale for the block, and the products run through onnxruntime's
-``MatMulInteger`` (MLAS's uint8 x int8 kernel, VNNI where the CPU has it): the joining search
+The left side's rows are quantised one scale per row (``round(63 * v / max|v|)``, stored as
+uint8 value + 64), the right side's block of rows with one scale for the block (``round(127 * v /
+max|v|)``), and the products run through onnxruntime's ``MatMulInteger`` (MLAS's uint8 x int8
+kernel). Where the CPU has VNNI that kernel sums in int32; on AVX2 alone it first adds each two
+uint8 x int8 products in a saturating int16, which 255 x 127 + 255 x 127 overflows: a left side of
+at most 127 keeps every such sum within int16, so the product is exact on either CPU (the
+columns, sharing one scale a block, keep the finer range). The joining search
 on fuzzy data is such products (``kernels.forest._best_edges_into``), and bench/bench_join.py
 times it against the same search in float32. An int8 score is only a ranking: the error of one
 similarity is about 1e-3 at d = 384, so callers keep a few more candidates than they need and
@@ -17,15 +21,15 @@ from numba import njit
 
 _SESSION = None
 _SESSION_LOCK = threading.Lock()
-# The graph: one MatMulInteger node, Y = A @ B with A's zero point 128 (opset 13, IR version 8),
-# stored serialised (121 bytes) because building it needs the onnx package, whose import took
+# The graph: one MatMulInteger node, Y = A @ B with A's zero point 64 (opset 13, IR version 8),
+# stored serialised (120 bytes) because building it needs the onnx package, whose import took
 # 0.6 s here: more than the whole join at n = 100,000. tests/kernels/test_int8.py builds it with
 # onnx.helper and checks that the file holds that graph.
 MODEL = "int8_product.onnx"
 
 
 def _session() -> Any:
-    """One onnxruntime session computing ``A @ B`` for uint8 A (zero point 128) and int8 B, made
+    """One onnxruntime session computing ``A @ B`` for uint8 A (zero point 64) and int8 B, made
     once however many threads ask for it at once, run on the calling thread."""
     global _SESSION
     with _SESSION_LOCK:
@@ -64,18 +68,23 @@ def _quantise(v, inverse, out, offset, transpose):  # pragma: no cover - compile
                     out[i, j] = np.int32(np.rint(v[i, j] * inverse[i])) + offset
 
 
-def _scale(top: np.ndarray) -> np.ndarray:
-    """The step that maps ``top`` (the largest magnitude) to 127; 1 where ``top`` is 0."""
-    return np.where(top > 0, top / np.float32(127.0), np.float32(1.0)).astype(np.float32)
+# The largest integer of each side, and the left's zero point: its uint8 holds value + 64, at
+# most 127, so that 127 x 127 + 127 x 127 fits in an int16 (see above).
+LEFT_LEVELS, LEFT_ZERO, RIGHT_LEVELS = 63, 64, 127
+
+
+def _scale(top: np.ndarray, levels: int) -> np.ndarray:
+    """The step that maps ``top`` (the largest magnitude) to ``levels``; 1 where ``top`` is 0."""
+    return np.where(top > 0, top / np.float32(levels), np.float32(1.0)).astype(np.float32)
 
 
 def quantise_rows(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """float32 rows (m, d) as uint8 (m, d) (value + 128), each with its own scale, and the float32
-    scales (m,): the left side."""
+    """float32 rows (m, d) as uint8 (m, d) (value + 64, value in -63..63), each with its own
+    scale, and the float32 scales (m,): the left side."""
     v = np.ascontiguousarray(v, dtype=np.float32)
     out = np.empty(v.shape, np.uint8)
-    scale = _scale(np.abs(v).max(axis=1, initial=0.0))
-    _quantise(v, np.float32(1.0) / scale, out, 128, False)
+    scale = _scale(np.abs(v).max(axis=1, initial=0.0), LEFT_LEVELS)
+    _quantise(v, np.float32(1.0) / scale, out, LEFT_ZERO, False)
     return out, scale
 
 
@@ -87,7 +96,7 @@ def quantise_columns(v: np.ndarray) -> tuple[np.ndarray, float]:
     rescored exactly (``kernels.forest.CANDIDATES``) absorb the coarser ranking."""
     v = np.ascontiguousarray(v, dtype=np.float32)
     out = np.empty(v.shape[::-1], np.int8)
-    scale = _scale(np.abs(v).max(initial=0.0))
+    scale = _scale(np.abs(v).max(initial=0.0), RIGHT_LEVELS)
     _quantise(v, np.full(v.shape[0], np.float32(1.0) / scale, np.float32), out, 0, True)
     return out, float(scale)
 
