@@ -3,9 +3,10 @@
 A top-K neighbour graph of real data falls apart into components (often one per topic), so the
 forest alone is not a tree. ``join_components`` adds, Borůvka-style, the best edge between each
 component and the components whose centroids are nearest to it — the best edge of each such pair
-found by matrix products of the two member sets (all of both sets for small pairs; for large
-ones each side's frontier facing the other against the whole other side; in int8, rescored
-exactly, where both sides are large) — until one tree spans every vertex.
+found by products of the two member sets (all of both sets for small pairs; a small component's
+rows against the large one's rows nearest it; for two large ones each side's frontier facing the
+other against the whole other side; in int8, rescored exactly, where both sides are large) —
+until one tree spans every vertex.
 Beside those it offers spare edges (each searched row's best few into the other side), so that
 the final spanning forest may join two components by more than one edge, as the best tree does.
 """
@@ -17,7 +18,7 @@ from typing import Any
 import numba
 import numpy as np
 import scipy.sparse
-from numba import njit
+from numba import njit, prange
 
 from chunktree.kernels import int8
 
@@ -67,19 +68,27 @@ def max_spanning_forest(src: np.ndarray, dst: np.ndarray, weight: np.ndarray, n:
 
 
 # A pair of components is searched over all its member pairs when it has at most EXACT_PAIRS of
-# them or its smaller side at most SMALL_SIDE rows (so every row of a small component offers its
-# spare edges); otherwise through its frontier: the FRONTIER points of each side nearest the other
-# side's centre, searched against the whole other side. Chosen on bench/bench_join.py (joining
-# time and weight against the exhaustive join, n = 300,000, 100 topics) and the sparse cases of
-# bench/bench_order.py (tree weight against exact): a larger frontier costs time, no weight.
+# them. Otherwise, where its smaller side has at most SMALL_SIDE rows, each of those rows is
+# searched against the REACH rows of the large side nearest the small side's centre (so every row
+# of a small component offers its spare edges); and a pair of two large sides through its
+# frontiers: the FRONTIER rows of each side nearest the other side's centre, searched against the
+# whole other side. FRONTIER was chosen on bench/bench_join.py (joining time and weight against
+# the exhaustive join, n = 300,000, 100 topics) and the sparse cases of bench/bench_order.py (tree
+# weight against exact): a larger frontier costs time, no weight. REACH on the fuzzy cases of
+# ``chunktree scale`` (n = 20,000 to 50,000, a topic per 20 rows), where hundreds of small
+# components pair with one that holds most rows: searching each small one's rows against all of
+# it took 12-20% of the tree time; 256 rows took about a third of that joining time and lost
+# 0.008-0.012% of the tree's weight; 128 lost more (0.014% at 20,000), 512 less (0.003-0.008%)
+# at 1.2-1.3x the time.
 EXACT_PAIRS = 1 << 16
 SMALL_SIDE = 128
 FRONTIER = 64
+REACH = 256
 
 
 def _whole(a: int, b: int) -> bool:
     """Whether a pair of components of sizes a and b is searched over all its member pairs."""
-    return a * b <= EXACT_PAIRS or min(a, b) <= SMALL_SIDE
+    return a * b <= EXACT_PAIRS
 
 
 # Rows and columns of one product (512 x 2,048: 4 MB of int32 or float32, which the merge reads
@@ -214,10 +223,53 @@ def _best_edges_into(x: np.ndarray, rows: np.ndarray, cols: np.ndarray, per: int
 
 
 def _frontiers(x: np.ndarray, members: np.ndarray, centres: np.ndarray, m: int) -> list[np.ndarray]:
-    """For each of ``centres`` (k, d), the ``m`` members most similar to it, ties to the earlier
-    member: the frontier of a large component facing each partner, from one pass in blocks."""
-    scores = np.concatenate([x[members[i:i + COLUMN_BLOCK]] @ centres.T for i in range(0, members.size, COLUMN_BLOCK)])
-    return [members[np.argsort(-scores[:, k], kind="stable")[:m]] for k in range(centres.shape[0])]
+    """For each of ``centres`` (k, d), the ``m`` members most similar to it (all of them where
+    there are fewer), in no particular order: the frontier of a component facing each partner.
+    One pass over the members in blocks, each block's products merged into each centre's best
+    ``m`` by a partial sort, so memory stays near k x (m + block) scores."""
+    k = centres.shape[0]
+    best = np.empty((k, 0), np.int64)  # positions in members
+    score = np.empty((k, 0), x.dtype)
+    step = max(m, (1 << 22) // max(k, 1))  # members a block: about 4M scores, however many centres
+    for i in range(0, members.size, step):
+        block = np.arange(i, min(i + step, members.size))
+        score = np.concatenate([score, centres @ x[members[block]].T], axis=1)
+        best = np.concatenate([best, np.broadcast_to(block, (k, block.size))], axis=1)
+        if score.shape[1] > m:
+            keep = np.argpartition(-score, m - 1, axis=1)[:, :m]
+            score, best = np.take_along_axis(score, keep, axis=1), np.take_along_axis(best, keep, axis=1)
+    return [members[b] for b in best]
+
+
+# Reassociation lets the dot products run as vector code; no "ninf": the lists start at -inf.
+@njit(parallel=True, fastmath={"reassoc", "contract", "nsz", "arcp"}, cache=True)
+def _reach_best(x, rows, starts, fronts, per):  # pragma: no cover - compiled
+    """Each row's best ``per`` edges into its pair's frontier: ``rows[starts[q]:starts[q + 1]]``
+    against the rows ``fronts[q]``, (ids, similarities) descending, equal similarities to the one
+    earlier in the frontier; -1 / -inf where the frontier has fewer than ``per`` rows. ``x`` is
+    float32. The pairs run in parallel; each reads its frontier rows once, against its own rows
+    in cache."""
+    d, f = x.shape[1], fronts.shape[1]
+    ids = np.full((rows.size, per), -1, np.int64)
+    sims = np.full((rows.size, per), -np.inf, x.dtype)
+    for q in prange(fronts.shape[0]):
+        a, b = starts[q], starts[q + 1]
+        for j in range(f):
+            c = fronts[q, j]
+            for i in range(a, b):
+                r = rows[i]
+                v = np.float32(0.0)
+                for t in range(d):
+                    v += x[r, t] * x[c, t]
+                row_id, row_sim = ids[i], sims[i]
+                if v <= row_sim[per - 1]:
+                    continue
+                p = per - 1
+                while p > 0 and v > row_sim[p - 1]:
+                    row_sim[p], row_id[p] = row_sim[p - 1], row_id[p - 1]
+                    p -= 1
+                row_sim[p], row_id[p] = v, c
+    return ids, sims
 
 
 def _pair_edges(x: np.ndarray, groups: list[np.ndarray], centres: np.ndarray, pairs: list[tuple[int, int]],
@@ -227,21 +279,25 @@ def _pair_edges(x: np.ndarray, groups: list[np.ndarray], centres: np.ndarray, pa
     ``per_row`` edges into the component it was searched against (src the searched row).
 
     A pair is searched over all its member pairs (``_whole``) as the smaller side's rows against
-    the larger side; a large pair as each side's ``FRONTIER`` rows nearest the other side's
-    centre against the whole other side (two products of FRONTIER x size instead of one of
-    size x size). The rows searched against one component, from all its pairs, are searched in
-    one ``_best_edges_into``: the component is gathered (in blocks) once. On fuzzy data one
-    component often holds most rows and pairs with hundreds of small ones: gathering it again for
-    each pair took 10 of the 15 s of joining at n = 100,000 with 5,000 topics; on clear data
-    (100 topics) the 454 frontier searches of 227 pairs took 0.66 of the 0.91 s of joining, one by one.
+    the larger side; a small side's rows against the large side's ``REACH`` rows nearest the
+    small side's centre (``_reach_best``, all pairs of one large side at once); a pair of large
+    sides as each side's ``FRONTIER`` rows nearest the other side's centre against the whole
+    other side (two products of FRONTIER x size instead of one of size x size). The rows
+    searched whole or through a frontier against one component, from all its pairs, are
+    searched in one ``_best_edges_into``: the component is gathered (in blocks) once; on clear
+    data (100 topics) the 454 frontier searches of 227 pairs took 0.66 of the 0.91 s of joining
+    one by one.
     """
     # Searches by the component searched against: (rows, pair, whether the rows are in its first component).
     searches: dict[int, list[tuple[np.ndarray, int, bool]]] = {}
     facing: dict[int, list[tuple[int, int]]] = {}  # each side of a large pair: component -> (partner, pair)
+    reach: dict[int, list[tuple[int, int]]] = {}  # a large component -> (small partner, pair)
     for p, (g, h) in enumerate(pairs):
+        big, small = (g, h) if groups[g].size >= groups[h].size else (h, g)
         if _whole(groups[g].size, groups[h].size):
-            big, small = (g, h) if groups[g].size >= groups[h].size else (h, g)
             searches.setdefault(big, []).append((groups[small], p, small == g))
+        elif groups[small].size <= SMALL_SIDE:
+            reach.setdefault(big, []).append((small, p))
         else:
             facing.setdefault(g, []).append((h, p))
             facing.setdefault(h, []).append((g, p))
@@ -251,6 +307,19 @@ def _pair_edges(x: np.ndarray, groups: list[np.ndarray], centres: np.ndarray, pa
             searches.setdefault(h, []).append((rows, p, g == pairs[p][0]))
     best: dict[int, tuple[int, int, float]] = {}
     spare = [(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float32))]
+    for g, partners in reach.items():
+        reached = np.stack(_frontiers(x, groups[g], centres[[h for h, _ in partners]], REACH))
+        rows = np.concatenate([groups[h] for h, _ in partners])
+        starts = np.cumsum([0] + [groups[h].size for h, _ in partners])
+        ids, sims = _reach_best(x, rows, starts, reached, max(per_row, 1))
+        if per_row:
+            found = ids[:, :per_row] >= 0  # a frontier of fewer rows offers fewer edges
+            spare.append((np.repeat(rows, per_row).reshape(-1, per_row)[found], ids[:, :per_row][found],
+                          sims[:, :per_row][found]))
+        for (h, p), a, b in zip(partners, starts[:-1].tolist(), starts[1:].tolist()):
+            i = a + int(np.argmax(sims[a:b, 0]))
+            v = float(sims[i, 0])
+            best[p] = (int(rows[i]), int(ids[i, 0]), v) if h == pairs[p][0] else (int(ids[i, 0]), int(rows[i]), v)
     for target, jobs in searches.items():
         rows = np.concatenate([r for r, _, _ in jobs])
         ids, sims = _best_edges_into(x, rows, groups[target], max(per_row, 1))

@@ -111,10 +111,12 @@ def test_the_frontier_join_of_large_components_finds_the_exact_best_edges(monkey
 
 
 def test_small_components_joined_to_one_large_one_get_their_exact_best_edges(monkeypatch):
-    """One large component paired with many small ones (fuzzy data's shape): the batched search
-    gives the same joining edges as the best pair of the full similarity matrix for every pair."""
+    """One large component paired with many small ones (fuzzy data's shape), every pair searched
+    whole: the batched search gives the same joining edges as the best pair of the full
+    similarity matrix for every pair."""
     import chunktree.kernels.forest as forest
 
+    monkeypatch.setattr(forest, "EXACT_PAIRS", 1 << 62)  # merged small components stay searched whole
     x = blobs(1500, 16, 3, seed=11)
     labels = np.zeros(1500, dtype=np.int64)
     small = np.random.default_rng(3).choice(1500, 240, replace=False)
@@ -136,6 +138,69 @@ def test_small_components_joined_to_one_large_one_get_their_exact_best_edges(mon
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_array_equal(got[1], want[1])
     np.testing.assert_allclose(got[2], want[2], atol=1e-6)
+
+
+def _small_topics_beside_a_large_component(seed):
+    """Topic blobs (40 topics, 24 dims): six topics of at most SMALL_SIDE rows as components of
+    their own, the other topics' rows one large component."""
+    from chunktree.kernels.forest import SMALL_SIDE
+
+    x = blobs(4000, 24, 40, seed=seed)
+    centres = x[[np.flatnonzero(np.argmax(x @ x[:40].T, axis=1) == t)[0] for t in range(40)]]
+    topic = np.argmax(x @ centres.T, axis=1)
+    sizes = np.bincount(topic, minlength=40)
+    small = [t for t in np.argsort(sizes).tolist() if 20 <= sizes[t] <= SMALL_SIDE][:6]
+    labels = np.zeros(x.shape[0], dtype=np.int64)
+    for i, t in enumerate(small):
+        labels[topic == t] = i + 1
+    assert len(small) == 6 and (labels == 0).sum() > 16 * SMALL_SIDE
+    return x, labels
+
+
+def test_a_reach_over_the_whole_large_side_is_the_exhaustive_join(monkeypatch):
+    """Small components against a large one through the large side's rows nearest them: where
+    REACH holds all of the large side, the joining and spare edges are the exhaustive join's."""
+    import chunktree.kernels.forest as forest
+
+    x, labels = _small_topics_beside_a_large_component(seed=21)
+    monkeypatch.setattr(forest, "EXACT_PAIRS", 0)  # no pair searched whole
+    monkeypatch.setattr(forest, "REACH", x.shape[0])
+    reach = join_components(x, labels, candidates=6, per_row=3)
+    monkeypatch.setattr(forest, "EXACT_PAIRS", 1 << 62)
+    exact = join_components(x, labels, candidates=6, per_row=3)
+    np.testing.assert_allclose(reach[2], np.sum(x[reach[0]] * x[reach[1]], axis=1), atol=1e-5)
+    np.testing.assert_allclose(reach[2][:6].sum(), exact[2][:6].sum(), rtol=1e-6)
+    spare = [sorted(zip(e[0][6:].tolist(), e[1][6:].tolist())) for e in (reach, exact)]
+    assert spare[0] == spare[1]
+
+
+def test_the_reach_of_small_topics_finds_nearly_the_exhaustive_weight(monkeypatch):
+    """With the default REACH (far fewer rows than the large side), small topic components still
+    get joining edges within 0.1% of the exhaustive join's weight; with each component's own
+    exact tree, the spare edges make a spanning tree within 0.01% of the exhaustive join's."""
+    import chunktree.kernels.forest as forest
+    from chunktree.kernels.prim import prim_max_spanning_tree
+
+    x, labels = _small_topics_beside_a_large_component(seed=22)
+    assert (labels == 0).sum() > 4 * forest.REACH
+    monkeypatch.setattr(forest, "EXACT_PAIRS", 0)
+    reach = join_components(x, labels, candidates=6, per_row=4)
+    monkeypatch.setattr(forest, "EXACT_PAIRS", 1 << 62)
+    exact = join_components(x, labels, candidates=6, per_row=4)
+    assert reach[2][:6].sum() >= 0.999 * exact[2][:6].sum()
+    own = []
+    for c in np.unique(labels):
+        members = np.flatnonzero(labels == c)
+        parent, pw = prim_max_spanning_tree(np.ascontiguousarray(x[members] @ x[members].T), np.int64(0))
+        child = np.flatnonzero(parent >= 0)
+        own.append((members[child], members[parent[child]], pw[child]))
+    weights = []
+    for joined in (reach, exact):
+        src, dst, w = (np.concatenate([o[k] for o in own] + [joined[k]]) for k in range(3))
+        taken, comps = max_spanning_forest(src, dst, w, x.shape[0])
+        assert np.unique(comps).size == 1
+        weights.append(w[taken].sum(dtype=np.float64))
+    assert weights[0] >= (1 - 1e-4) * weights[1]
 
 
 def test_spare_edges_are_each_rows_best_edges_into_the_other_side_and_only_add_weight():
