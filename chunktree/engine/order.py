@@ -94,8 +94,7 @@ REFINE_MIN_GAIN = 0.01
 # more add refinement time for a weight gain below 0.01%.
 REVERSE_NEIGHBOURS = 8
 # Spare edges per row of a small component searched by the join (``join_components``), for the
-# last Kruskal pass. Chosen on the same case; up to 4 cost nothing, since the int8 search keeps 16
-# candidates a row either way.
+# last Kruskal pass. Chosen on the same case.
 JOIN_PER_ROW = 4
 
 

@@ -5,22 +5,14 @@ forest alone is not a tree. ``join_components`` adds, Borůvka-style, the best e
 component and the components whose centroids are nearest to it — the best edge of each such pair
 found by products of the two member sets (all of both sets for small pairs; a small component's
 rows against the large one's rows nearest it; for two large ones each side's frontier facing the
-other against the whole other side; in int8, rescored exactly, where both sides are large) —
-until one tree spans every vertex.
+other against the whole other side) — until one tree spans every vertex.
 Beside those it offers spare edges (each searched row's best few into the other side), so that
 the final spanning forest may join two components by more than one edge, as the best tree does.
 """
 
-import threading
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
-
-import numba
 import numpy as np
 import scipy.sparse
 from numba import njit, prange
-
-from chunktree.kernels import int8
 
 
 @njit(cache=True)
@@ -91,37 +83,23 @@ def _whole(a: int, b: int) -> bool:
     return a * b <= EXACT_PAIRS
 
 
-# Rows and columns of one product (512 x 2,048: 4 MB of int32 or float32, which the merge reads
-# right after, while it is in cache), and so the columns gathered at a time (3 MB at d = 384): the
-# join never gathers a whole component, which on fuzzy data holds most rows. Chosen on
-# bench/bench_join.py test_join_fuzzy (n = 100,000, 5,000 topics: the rows outside the largest
-# component searched into it).
+# Rows and columns of one product (512 x 2,048: 4 MB of float32, which the merge reads right
+# after, while it is in cache), and so the columns gathered at a time (3 MB at d = 384): the join
+# never gathers a whole component, which on fuzzy data holds most rows.
 ROW_STEP = 512
 COLUMN_BLOCK = 2048
-
-
-# The search below runs in int8 where both sides are large: at least this many rows, columns and
-# pairs; below them the exact rescoring of each row's candidates costs more than int8 saves.
-# bench/bench_join.py test_join_fuzzy measures int8 against the same search in float32.
-INT8_ROWS, INT8_COLUMNS, INT8_PAIRS = 1024, 16384, 1 << 26
-# Candidates per row that the int8 search keeps and rescores exactly (at least 4 per edge asked):
-# 8 missed one of 240 rows' best two (by 4e-4) on the near-ties of tests/kernels/test_forest.py.
-CANDIDATES = 16
 # Columns the merge tests at a time against a row's floor before it looks at each one.
 CHUNK = 128
 
 
-@njit(cache=True, nogil=True)
-def _keep_best(y, scale, first, pos, score):  # pragma: no cover - compiled
-    """Merge the products ``y`` (rows x block, int32 or float32) into each row's best
-    ``pos.shape[1]`` columns (positions, from ``first``, and scores ``y * scale``), descending,
-    equal scores to the earlier column.
+@njit(cache=True)
+def _keep_best(y, first, pos, score):  # pragma: no cover - compiled
+    """Merge the products ``y`` (rows x block, float32) into each row's best ``pos.shape[1]``
+    columns (positions, from ``first``, and scores), descending, equal scores to the earlier
+    column.
 
     A row's floor (its last kept score) rises fast, so most chunks of ``CHUNK`` columns hold
-    nothing above it: a chunk is first tested whole, as float32 comparisons that LLVM vectorises
-    for either dtype, against a bound a little below the floor (so rounding never skips a
-    column that the exact test below would keep). Serial, without the GIL: ``_best_edges_into``
-    runs one in each of its threads.
+    nothing above it: a chunk is first tested whole, as comparisons that LLVM vectorises.
     """
     m = pos.shape[1]
     for i in range(y.shape[0]):
@@ -129,15 +107,13 @@ def _keep_best(y, scale, first, pos, score):  # pragma: no cover - compiled
         floor = row_score[m - 1]
         for j0 in range(0, y.shape[1], CHUNK):
             j1 = min(j0 + CHUNK, y.shape[1])
-            bound = floor / scale
-            bound = np.float32(bound - abs(bound) * 1e-5)
             above = False
             for j in range(j0, j1):
-                above |= y[i, j] > bound
+                above |= y[i, j] > floor
             if not above:
                 continue
             for j in range(j0, j1):
-                v = y[i, j] * scale
+                v = y[i, j]
                 if v <= floor:
                     continue
                 p = m - 1
@@ -148,97 +124,31 @@ def _keep_best(y, scale, first, pos, score):  # pragma: no cover - compiled
                 floor = row_score[m - 1]
 
 
-def _best_edges_into(x: np.ndarray, rows: np.ndarray, cols: np.ndarray, per: int = 1
+def _best_edges_into(x: np.ndarray, left: np.ndarray, cols: np.ndarray, per: int = 1
                      ) -> tuple[np.ndarray, np.ndarray]:
-    """Each of ``rows``' best ``per`` edges into ``cols``, by blocked matrix products.
+    """Each of the vectors ``left``' (r, d) best ``per`` edges into the rows ``cols`` of ``x``, by
+    blocked matrix products (BLAS, on its own threads), each merged at once (``_keep_best``).
 
-    Returns ``(ids, sims)``, int64 and float32 (len(rows), per): column ids and their
-    similarities, descending, equal similarities to the earlier column; where ``cols`` has fewer
-    than ``per`` members the tail is -1 / -inf.
-
-    Where both sides are large (``INT8_ROWS``, ``INT8_COLUMNS``, ``INT8_PAIRS``) the products are
-    int8 (``kernels.int8``) and keep ``max(CANDIDATES, 4 * per)`` candidates per row, whose exact
-    similarities then decide; an edge is missed only where a row's best ones rank below its
-    candidates in int8 (an int8 similarity is off by about 1e-3 at d = 384); bench_join.py
-    compares the joining weight with the float32 search's.
-
-    In int8 the rows are shared out among Numba's threads (the cores): each multiplies its own
-    rows on one onnxruntime thread and merges each product at once, while it is in its core's
-    cache, and each quantises one column block of every group of as many blocks as threads. The
-    products and the merge release the GIL. In float32 (small searches) one thread merges the
-    products that BLAS computes on its own threads. Memory: two quantised column blocks and one product per
-    thread.
+    Returns ``(ids, sims)``, int64 and float32 (r, per): column ids and their similarities,
+    descending, equal similarities to the earlier column; where ``cols`` has fewer than ``per``
+    members the tail is -1 / -inf. Memory: one column block and one product.
     """
-    quantised = rows.size >= INT8_ROWS and cols.size >= INT8_COLUMNS and rows.size * cols.size >= INT8_PAIRS
-    m = max(CANDIDATES, 4 * per) if quantised else per
-    pos = np.full((rows.size, m), -1, dtype=np.int64)
-    score = np.full((rows.size, m), -np.inf, dtype=np.float32)
-    left = int8.quantise_rows(x[rows])[0] if quantised else None
-    steps = np.arange(0, rows.size, ROW_STEP)
-    parts = np.array_split(steps, min(numba.get_num_threads() if quantised else 1, steps.size))
-    n_blocks = -(-cols.size // COLUMN_BLOCK)
-    # Quantised column blocks, in two sets of one per thread: thread t quantises block g + t of
-    # each group g of len(parts) blocks while the others' products of the previous group may still
-    # read the other set.
-    blocks: list[Any] = [None] * (2 * len(parts))
-    barrier = threading.Barrier(len(parts))
-
-    def column_block(b: int) -> tuple[np.ndarray, float]:
-        block = x[cols[b * COLUMN_BLOCK:(b + 1) * COLUMN_BLOCK]]
-        return int8.quantise_columns(block) if quantised else (block.T, 1.0)
-
-    def search(t: int) -> None:
-        try:
-            for g in range(0, n_blocks, len(parts)):
-                if g + t < n_blocks:
-                    blocks[(g + t) % len(blocks)] = column_block(g + t)
-                barrier.wait()
-                for b in range(g, min(g + len(parts), n_blocks)):
-                    right, scale = blocks[b % len(blocks)]
-                    for r0 in parts[t].tolist():
-                        r1 = r0 + ROW_STEP
-                        y = int8.product(left[r0:r1], right) if quantised else x[rows[r0:r1]] @ right  # type: ignore[index]  # left is set where quantised
-                        _keep_best(y, scale, b * COLUMN_BLOCK, pos[r0:r1], score[r0:r1])
-        except threading.BrokenBarrierError:
-            return  # another thread failed, and its error is raised
-        except BaseException:
-            barrier.abort()  # the other threads stop waiting for this one
-            raise
-
-    if len(parts) == 1:
-        search(0)
-    else:
-        with ThreadPoolExecutor(len(parts)) as pool:
-            list(pool.map(search, range(len(parts))))
-    found = pos >= 0
-    if quantised:  # the candidates' exact similarities
-        step = max(1, (ROW_STEP * COLUMN_BLOCK) // (m * x.shape[1]))
-        for r0 in range(0, rows.size, step):
-            r1 = r0 + step
-            score[r0:r1] = np.einsum("id,imd->im", x[rows[r0:r1]], x[cols[np.where(found[r0:r1], pos[r0:r1], 0)]])
-        score[~found] = -np.inf
-        best = np.lexsort((pos, -score), axis=1)[:, :per]  # ties: the earlier column
-        pos, score, found = (np.take_along_axis(a, best, axis=1) for a in (pos, score, found))  # type: ignore[assignment]  # same dtypes
-    return np.where(found, cols[np.where(found, pos, 0)], -1), score
+    pos = np.full((left.shape[0], per), -1, dtype=np.int64)
+    score = np.full((left.shape[0], per), -np.inf, dtype=np.float32)
+    for c0 in range(0, cols.size, COLUMN_BLOCK):
+        right = x[cols[c0:c0 + COLUMN_BLOCK]].T
+        for r0 in range(0, left.shape[0], ROW_STEP):
+            r1 = r0 + ROW_STEP
+            _keep_best(left[r0:r1] @ right, c0, pos[r0:r1], score[r0:r1])
+    return np.where(pos >= 0, cols[np.where(pos >= 0, pos, 0)], -1), score
 
 
 def _frontiers(x: np.ndarray, members: np.ndarray, centres: np.ndarray, m: int) -> list[np.ndarray]:
     """For each of ``centres`` (k, d), the ``m`` members most similar to it (all of them where
-    there are fewer), in no particular order: the frontier of a component facing each partner.
-    One pass over the members in blocks, each block's products merged into each centre's best
-    ``m`` by a partial sort, so memory stays near k x (m + block) scores."""
-    k = centres.shape[0]
-    best = np.empty((k, 0), np.int64)  # positions in members
-    score = np.empty((k, 0), x.dtype)
-    step = max(m, (1 << 22) // max(k, 1))  # members a block: about 4M scores, however many centres
-    for i in range(0, members.size, step):
-        block = np.arange(i, min(i + step, members.size))
-        score = np.concatenate([score, centres @ x[members[block]].T], axis=1)
-        best = np.concatenate([best, np.broadcast_to(block, (k, block.size))], axis=1)
-        if score.shape[1] > m:
-            keep = np.argpartition(-score, m - 1, axis=1)[:, :m]
-            score, best = np.take_along_axis(score, keep, axis=1), np.take_along_axis(best, keep, axis=1)
-    return [members[b] for b in best]
+    there are fewer), the most similar first, ties to the earlier member: the frontier of a
+    component facing each partner."""
+    ids, _ = _best_edges_into(x, centres, members, m)
+    return [row[row >= 0] for row in ids]
 
 
 # Reassociation lets the dot products run as vector code; no "ninf": the lists start at -inf.
@@ -322,7 +232,7 @@ def _pair_edges(x: np.ndarray, groups: list[np.ndarray], centres: np.ndarray, pa
             best[p] = (int(rows[i]), int(ids[i, 0]), v) if h == pairs[p][0] else (int(ids[i, 0]), int(rows[i]), v)
     for target, jobs in searches.items():
         rows = np.concatenate([r for r, _, _ in jobs])
-        ids, sims = _best_edges_into(x, rows, groups[target], max(per_row, 1))
+        ids, sims = _best_edges_into(x, x[rows], groups[target], max(per_row, 1))
         if per_row:
             found = np.isfinite(sims[:, :per_row])  # a side of fewer rows offers fewer edges
             spare.append((np.repeat(rows, per_row).reshape(-1, per_row)[found], ids[:, :per_row][found],
