@@ -95,18 +95,22 @@ CHUNK = 128
 @njit(cache=True)
 def _keep_best(y, first, pos, score):  # pragma: no cover - compiled
     """Merge the products ``y`` (rows x block, float32) into each row's best ``pos.shape[1]``
-    columns (positions, from ``first``, and scores), descending, equal scores to the earlier
-    column.
+    columns (positions, from ``first``, and scores), kept as a min-heap a row on (score, -column):
+    its root is the entry to drop first, the lowest score and, of equal ones, the later column.
+    Blocks come in column order, so a new column that only ties the root is dropped: equal
+    scores go to the earlier column. ``_ranked`` sorts the rows after the last block.
 
-    A row's floor (its last kept score) rises fast, so most chunks of ``CHUNK`` columns hold
-    nothing above it: a chunk is first tested whole, as comparisons that LLVM vectorises.
+    A row's floor (its root) rises fast, so most chunks of ``CHUNK`` columns hold nothing above
+    it: a chunk is first tested whole, as comparisons that LLVM vectorises. A heap replaces an
+    entry in log m steps where a sorted row moves m / 2: for frontiers of 256 rows (821 centres
+    against 4,596 members) the sorted rows took twice the time.
     """
     m = pos.shape[1]
     for i in range(y.shape[0]):
         row_pos, row_score = pos[i], score[i]
-        floor = row_score[m - 1]
         for j0 in range(0, y.shape[1], CHUNK):
             j1 = min(j0 + CHUNK, y.shape[1])
+            floor = row_score[0]
             above = False
             for j in range(j0, j1):
                 above |= y[i, j] > floor
@@ -114,14 +118,27 @@ def _keep_best(y, first, pos, score):  # pragma: no cover - compiled
                 continue
             for j in range(j0, j1):
                 v = y[i, j]
-                if v <= floor:
+                if v <= row_score[0]:
                     continue
-                p = m - 1
-                while p > 0 and v > row_score[p - 1]:
-                    row_score[p], row_pos[p] = row_score[p - 1], row_pos[p - 1]
-                    p -= 1
-                row_score[p], row_pos[p] = v, first + j
-                floor = row_score[m - 1]
+                c = first + j
+                k = 0  # the root's place, sifted down to where (v, c) belongs
+                while 2 * k + 1 < m:
+                    s = 2 * k + 1
+                    if s + 1 < m and (row_score[s + 1] < row_score[s]
+                                      or (row_score[s + 1] == row_score[s] and row_pos[s + 1] > row_pos[s])):
+                        s += 1
+                    if v < row_score[s] or (v == row_score[s] and c > row_pos[s]):
+                        break
+                    row_score[k], row_pos[k] = row_score[s], row_pos[s]
+                    k = s
+                row_score[k], row_pos[k] = v, c
+
+
+def _ranked(pos: np.ndarray, score: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Rows of ``_keep_best``'s heaps sorted: descending score, equal scores to the earlier column,
+    the empty entries (-1 / -inf) last."""
+    order = np.lexsort((np.where(pos >= 0, pos, np.iinfo(np.int64).max), -score), axis=1)
+    return np.take_along_axis(pos, order, axis=1), np.take_along_axis(score, order, axis=1)
 
 
 def _best_edges_into(x: np.ndarray, left: np.ndarray, cols: np.ndarray, per: int = 1
@@ -140,6 +157,7 @@ def _best_edges_into(x: np.ndarray, left: np.ndarray, cols: np.ndarray, per: int
         for r0 in range(0, left.shape[0], ROW_STEP):
             r1 = r0 + ROW_STEP
             _keep_best(left[r0:r1] @ right, c0, pos[r0:r1], score[r0:r1])
+    pos, score = _ranked(pos, score)
     return np.where(pos >= 0, cols[np.where(pos >= 0, pos, 0)], -1), score
 
 
@@ -157,28 +175,42 @@ def _reach_best(x, rows, starts, fronts, per):  # pragma: no cover - compiled
     """Each row's best ``per`` edges into its pair's frontier: ``rows[starts[q]:starts[q + 1]]``
     against the rows ``fronts[q]``, (ids, similarities) descending, equal similarities to the one
     earlier in the frontier; -1 / -inf where the frontier has fewer than ``per`` rows. ``x`` is
-    float32. The pairs run in parallel; each reads its frontier rows once, against its own rows
-    in cache."""
+    float32. The pairs run in parallel; each gathers its own rows, then takes its frontier four
+    rows at a time, so that each load of a row's value serves four products (twice as fast as
+    one at a time, on 162 pairs of 23 rows against 256)."""
     d, f = x.shape[1], fronts.shape[1]
     ids = np.full((rows.size, per), -1, np.int64)
-    sims = np.full((rows.size, per), -np.inf, x.dtype)
+    sims = np.full((rows.size, per), -np.inf, np.float32)
     for q in prange(fronts.shape[0]):
         a, b = starts[q], starts[q + 1]
-        for j in range(f):
-            c = fronts[q, j]
-            for i in range(a, b):
-                r = rows[i]
-                v = np.float32(0.0)
+        left = np.empty((b - a, d), np.float32)
+        for i in range(b - a):
+            left[i] = x[rows[a + i]]
+        y = np.empty((b - a, 4), np.float32)
+        for j0 in range(0, f, 4):
+            c = fronts[q, j0:j0 + 4]
+            c0, c1, c2, c3 = x[c[0]], x[c[min(1, c.size - 1)]], x[c[min(2, c.size - 1)]], x[c[min(3, c.size - 1)]]
+            for i in range(b - a):
+                row = left[i]
+                v0 = v1 = v2 = v3 = np.float32(0.0)
                 for t in range(d):
-                    v += x[r, t] * x[c, t]
-                row_id, row_sim = ids[i], sims[i]
-                if v <= row_sim[per - 1]:
-                    continue
-                p = per - 1
-                while p > 0 and v > row_sim[p - 1]:
-                    row_sim[p], row_id[p] = row_sim[p - 1], row_id[p - 1]
-                    p -= 1
-                row_sim[p], row_id[p] = v, c
+                    v = row[t]
+                    v0 += v * c0[t]
+                    v1 += v * c1[t]
+                    v2 += v * c2[t]
+                    v3 += v * c3[t]
+                y[i, 0], y[i, 1], y[i, 2], y[i, 3] = v0, v1, v2, v3
+            for i in range(b - a):
+                row_id, row_sim = ids[a + i], sims[a + i]
+                for k in range(c.size):
+                    v = y[i, k]
+                    if v <= row_sim[per - 1]:
+                        continue
+                    p = per - 1
+                    while p > 0 and v > row_sim[p - 1]:
+                        row_sim[p], row_id[p] = row_sim[p - 1], row_id[p - 1]
+                        p -= 1
+                    row_sim[p], row_id[p] = v, c[k]
     return ids, sims
 
 

@@ -266,17 +266,21 @@ def test_best_edges_into_matches_the_full_product_over_any_blocking(monkeypatch,
     assert (ids[:, 2] == -1).all() and np.isneginf(sims[:, 2]).all() and (ids[:, :2] >= 0).all()
 
 
-def test_merged_blocks_keep_each_rows_best_scores_ties_to_the_earlier_column():
+@pytest.mark.parametrize("m", [5, 300, 1200])
+def test_merged_blocks_keep_each_rows_best_scores_ties_to_the_earlier_column(m):
     """_keep_best over several blocks of columns (wider and narrower than its chunks, with many
-    equal products) keeps what a lexsort of the whole row by (-score, column) keeps first."""
+    equal products), then ranked, keeps what a lexsort of the whole row by (-score, column) keeps
+    first: for a few kept, as many as a block, and more than the row has (the rest -1 / -inf)."""
     from chunktree.kernels import forest
 
     rng = np.random.default_rng(9)
     y = rng.integers(-40, 40, (37, 1000)).astype(np.float32)
-    pos = np.full((37, 5), -1, np.int64)
-    score = np.full((37, 5), -np.inf, np.float32)
+    pos = np.full((37, m), -1, np.int64)
+    score = np.full((37, m), -np.inf, np.float32)
     for c0, c1 in ((0, 300), (300, 301), (301, 1000)):
         forest._keep_best(np.ascontiguousarray(y[:, c0:c1]), c0, pos, score)
-    want = np.lexsort((np.broadcast_to(np.arange(1000), y.shape), -y), axis=1)[:, :5]
-    np.testing.assert_array_equal(pos, want)
-    np.testing.assert_array_equal(score, np.take_along_axis(y, want, axis=1))
+    pos, score = forest._ranked(pos, score)
+    want = np.lexsort((np.broadcast_to(np.arange(1000), y.shape), -y), axis=1)[:, :m]
+    np.testing.assert_array_equal(pos[:, :want.shape[1]], want)
+    np.testing.assert_array_equal(score[:, :want.shape[1]], np.take_along_axis(y, want, axis=1))
+    assert (pos[:, 1000:] == -1).all() and np.isneginf(score[:, 1000:]).all()
