@@ -64,17 +64,17 @@ def max_spanning_forest(src: np.ndarray, dst: np.ndarray, weight: np.ndarray, n:
 # searched against the REACH rows of the large side nearest the small side's centre (so every row
 # of a small component offers its spare edges); and a pair of two large sides through its
 # frontiers: the FRONTIER rows of each side nearest the other side's centre, searched against the
-# whole other side. FRONTIER was chosen on bench/bench_join.py (joining time and weight against
-# the exhaustive join, n = 300,000, 100 topics) and the sparse cases of bench/bench_order.py (tree
-# weight against exact): a larger frontier costs time, no weight. REACH on the fuzzy cases of
-# ``chunktree scale`` (n = 20,000 to 50,000, a topic per 20 rows), where hundreds of small
-# components pair with one that holds most rows: searching each small one's rows against all of
-# it took 12-20% of the tree time; 256 rows took about a third of that joining time and lost
-# 0.008-0.012% of the tree's weight; 128 lost more (0.014% at 20,000), 512 less (0.003-0.008%)
-# at 1.2-1.3x the time.
+# whole other side. FRONTIER: on the 100-topic cases of ``chunktree scale`` (n = 30,000 and
+# 50,000, components of 300-500 rows) 32 gave the tree weight of 64 in two thirds of the joining
+# time, and 16 lost weight at 50,000; bench/bench_join.py checks the joining weight against the
+# exhaustive join at n = 300,000. REACH: on the fuzzy cases of bench/bench_join.py (n = 20,000
+# to 100,000, a topic per 20 rows), where hundreds of small components pair with one that holds
+# most rows, searching each small one's rows against all of it took 18-24% of the tree time; 256
+# rows took about a third of that joining time and lost 0.008-0.012% of the tree's weight; 128
+# lost more (0.014% at 20,000), 512 less (0.003-0.008%) at 1.2-1.3x the time.
 EXACT_PAIRS = 1 << 16
 SMALL_SIDE = 128
-FRONTIER = 64
+FRONTIER = 32
 REACH = 256
 
 
@@ -318,7 +318,7 @@ def join_components(x: np.ndarray, labels: np.ndarray, candidates: int = 3, per_
         csim = centroids @ centroids.T
         np.fill_diagonal(csim, -np.inf)
         m = min(candidates, c - 1)
-        near = np.argsort(-csim, axis=1, kind="stable")[:, :m]
+        near = np.argpartition(-csim, m - 1, axis=1)[:, :m]  # each component's m nearest, in no order
         pairs = {(min(g, h), max(g, h)) for g in range(c) for h in near[g].tolist()}
         centres = centroids.astype(x.dtype)
         edges, spare = _pair_edges(x, groups, centres, sorted(pairs), per_row)
