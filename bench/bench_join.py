@@ -49,17 +49,19 @@ def _tree_weight(edges, joined, n):
 
 def test_join(results, monkeypatch):
     x = synthetic_embeddings(N, seed=0)
-    labels, _, t_knn, t_forest = _forest(x)
+    labels, edges, t_knn, t_forest = _forest(x)
     t0 = time.perf_counter()
-    joined = forest.join_components(x, labels)
+    joined = forest.join_components(x, labels, per_row=JOIN_PER_ROW)
     t_join = time.perf_counter() - t0
     monkeypatch.setattr(forest, "EXACT_PAIRS", 1 << 62)
     t0 = time.perf_counter()
-    exhaustive = forest.join_components(x, labels)
+    exhaustive = forest.join_components(x, labels, per_row=JOIN_PER_ROW)
     t_exhaustive = time.perf_counter() - t0
-    results["join"] = {"n": N, "components": int(np.unique(labels).size), "knn": t_knn, "forest": t_forest,
-                       "join": t_join, "exhaustive": t_exhaustive, "weight": float(joined[2].sum()),
-                       "exhaustive_weight": float(exhaustive[2].sum())}
+    c = int(np.unique(labels).size)
+    results["join"] = {"n": N, "components": c, "knn": t_knn, "forest": t_forest,
+                       "join": t_join, "exhaustive": t_exhaustive, "weight": float(joined[2][:c - 1].sum()),
+                       "exhaustive_weight": float(exhaustive[2][:c - 1].sum()),
+                       "tree": _tree_weight(edges, joined, N), "exhaustive_tree": _tree_weight(edges, exhaustive, N)}
 
 
 @pytest.mark.parametrize("n", FUZZY)
@@ -97,4 +99,5 @@ def _report(results):
     return lines + [f"join at n = {r['n']:,} ({r['components']} components): {r['join']:.2f} s, "
             f"{100 * r['join'] / tree:.1f}% of the tree time (top-K {r['knn']:.1f} s, forest {r['forest']:.1f} s); "
             f"exhaustive reference {r['exhaustive']:.2f} s ({r['exhaustive'] / r['join']:.1f}x); joining weight "
-            f"{r['weight']:.4f} vs {r['exhaustive_weight']:.4f}"]
+            f"{r['weight']:.4f} vs {r['exhaustive_weight']:.4f}; tree weight {r['tree']:.3f} vs "
+            f"{r['exhaustive_tree']:.3f} ({100 * (r['tree'] / r['exhaustive_tree'] - 1):+.5f}%)"]
