@@ -25,6 +25,12 @@ N = int(os.environ.get("CHUNKTREE_BENCH_JOIN_N", 300_000))
 FUZZY = [20_000, 50_000, N // 3]
 
 
+@pytest.fixture(autouse=True)
+def _kernels():
+    """The join's kernels loaded before any join is timed."""
+    forest.load_kernels()
+
+
 def _forest(x):
     """The component labels of the top-K forest of ``x``, its edges (src, dst, weight), and the
     seconds of the top-K search and of the forest."""

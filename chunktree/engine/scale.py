@@ -139,12 +139,12 @@ def _measure(n: int, embeddings: str | None, topics: int, seed: int, out: Any) -
 def _measured(n: int, embeddings: str | None, topics: int, seed: int) -> dict[str, Any]:
     from chunktree.checks import unit_rows
     from chunktree.engine.order import order
-    from chunktree.kernels.forest import join_components
+    from chunktree.kernels.forest import load_kernels
 
-    # Load the compiled kernels first: an ordering, and a join that searches a small component
-    # against a large one's nearest rows (which no ordering of 500 rows reaches).
+    # Load the compiled kernels first: an ordering's, and the join's (some of which no ordering of
+    # 500 rows reaches).
     order(synthetic_embeddings(500, topics=20, seed=1), method="sparse")
-    join_components(synthetic_embeddings(2000, topics=20, seed=1), np.repeat([0, 1], [1900, 100]), per_row=1)
+    load_kernels()
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux
     if embeddings is None:
         x = synthetic_embeddings(n, topics=topics, seed=seed + n)

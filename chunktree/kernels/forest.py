@@ -340,6 +340,15 @@ def join_components(x: np.ndarray, labels: np.ndarray, candidates: int = 3, per_
             np.concatenate(w_all + [s[2] for s in spare_all]))
 
 
+def load_kernels() -> None:
+    """Load the join's compiled kernels (compiling them on the first use after an install or a
+    change): one small join that searches a small component whole and through its reach into a
+    large one, so that a join timed after it times the join alone."""
+    x = np.random.default_rng(0).standard_normal((2000, 8)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    join_components(x, np.repeat(np.arange(3), [1890, 100, 10]), per_row=1)
+
+
 @njit("Tuple((int64[:], float32[:]))(int64[:], int64[:], float32[:], int64, int64)", cache=True)
 def orient_tree(src, dst, weight, n, root):  # pragma: no cover - compiled
     """Parent pointers of the spanning tree given as n - 1 undirected edges, rooted at ``root``.
