@@ -67,12 +67,12 @@ def max_spanning_forest(src: np.ndarray, dst: np.ndarray, weight: np.ndarray, n:
 # whole other side. FRONTIER: on the 100-topic cases of ``chunktree scale`` (n = 30,000 and
 # 50,000, components of 300-500 rows) 32 gave the tree weight of 64 in two thirds of the joining
 # time, and 16 lost weight at 50,000; at n = 300,000 (bench/bench_join.py test_join) 32 took 0.7x
-# the time of 64 for a tree 0.005 lighter (of 211,176), 64 the exhaustive join's tree.
-# REACH: on the fuzzy cases of bench/bench_join.py (n = 20,000
-# to 100,000, a topic per 20 rows), where hundreds of small components pair with one that holds
-# most rows, searching each small one's rows against all of it took 18-24% of the tree time; 256
-# rows took about a third of that joining time and lost 0.008-0.012% of the tree's weight; 128
-# lost more (0.014% at 20,000), 512 less (0.003-0.008%) at 1.2-1.3x the time.
+# the time of 64 for a tree 0.005 lighter (of 211,176), 64 the exhaustive join's tree. REACH: on
+# the fuzzy cases of bench/bench_join.py (n = 20,000 to 100,000, a topic per 20 rows), where
+# hundreds of small components pair with one that holds most rows, searching each small one's
+# rows against all of it took 18-24% of the tree time; 256 rows took about a third of that
+# joining time and lost 0.008-0.012% of the tree's weight; 128 lost more (0.014% at 20,000), 512
+# less (0.003-0.008%) at 1.2-1.3x the time.
 EXACT_PAIRS = 1 << 16
 SMALL_SIDE = 128
 FRONTIER = 32
