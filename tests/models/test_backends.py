@@ -126,10 +126,9 @@ def test_the_cache_never_serves_one_precision_for_another(tmp_path):
         assert stats.cache_hits == 2 and np.array_equal(again, other)
 
 
-@pytest.mark.parametrize("backend", ["onnxruntime", "openvino"])
-def test_threads_are_the_same_setting_for_every_backend(backend):
-    assert Embedder(backend=backend, threads=1).threads == 1
-    assert Embedder(backend=backend).threads == backends.physical_cores()
+def test_threads_are_the_same_setting_for_every_backend(path_embedder):
+    assert path_embedder.threads == backends.physical_cores()  # the default
+    assert Embedder(backend=path_embedder.backend, precision=path_embedder.precision, threads=1).threads == 1
 
 
 @settings(max_examples=200, deadline=None)
