@@ -3,12 +3,12 @@
 onnxruntime's dynamic quantisation, with per-channel int8 weights, of every MatMul by a weight
 matrix except the feed-forward down-projections (``output.dense``) of the first two layers, which
 stay fp32. The weights take 7 bits (``reduce_range``): onnxruntime's uint8 x int8 kernel on a CPU
-with AVX2 but no VNNI adds each two products in a saturating int16, and full-range weights
-overflowed it there (agreement with fp32 fell to 0.986 on real chunks; 7 bits keep every such sum
-in range, on any CPU). The activation scales are computed at run time over the whole input tensor, so the
-``Embedder`` runs each window of an int8 model alone (the model file says so under
-``META_WINDOWS_ALONE``). A window's scales then come from that window only, and a text embeds
-bit for bit the same alone or inside any batch.
+with AVX2 but no VNNI adds each two products in a saturating int16, which full-range weights
+overflow (there the min agreement with fp32 on real chunks was 0.986 with 8 bits, >= 0.99 with
+7; 7 bits keep every such sum in range on any CPU). The activation scales are computed at run
+time over the whole input tensor, so the ``Embedder`` runs each window of an int8 model alone
+(the model file says so under ``META_WINDOWS_ALONE``). A window's scales then come from that
+window only, and a text embeds bit for bit the same alone or inside any batch.
 
 The two down-projections kept in fp32 are the layers whose quantisation cost the most agreement
 with fp32 (min cosine on real chunks); ``tests/models/test_quantize.py`` checks that agreement
