@@ -138,7 +138,7 @@ def _keep_best(y, first, pos, score):  # pragma: no cover - compiled
 def _ranked(pos: np.ndarray, score: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Rows of ``_keep_best``'s heaps sorted: descending score, equal scores to the earlier column,
     the empty entries (-1 / -inf) last."""
-    order = np.lexsort((np.where(pos >= 0, pos, np.iinfo(np.int64).max), -score), axis=1)
+    order = np.lexsort((pos, -score), axis=1)
     return np.take_along_axis(pos, order, axis=1), np.take_along_axis(score, order, axis=1)
 
 
@@ -215,6 +215,15 @@ def _reach_best(x, rows, starts, fronts, per):  # pragma: no cover - compiled
     return ids, sims
 
 
+def _spare_edges(rows: np.ndarray, ids: np.ndarray, sims: np.ndarray, per_row: int
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Each searched row's first ``per_row`` edges (src, dst, weight) of a search's (ids, sims),
+    leaving out the empty ones (-1 / -inf: a side or frontier of fewer rows offers fewer edges)."""
+    found = ids[:, :per_row] >= 0
+    return (np.repeat(rows, per_row).reshape(-1, per_row)[found], ids[:, :per_row][found],
+            sims[:, :per_row][found])
+
+
 def _pair_edges(x: np.ndarray, groups: list[np.ndarray], centres: np.ndarray, pairs: list[tuple[int, int]],
                 per_row: int = 0) -> tuple[list[tuple[int, int, float]], tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """The best edge (i in the first component, j in the second, similarity) of each pair of
@@ -256,9 +265,7 @@ def _pair_edges(x: np.ndarray, groups: list[np.ndarray], centres: np.ndarray, pa
         starts = np.cumsum([0] + [groups[h].size for h, _ in partners])
         ids, sims = _reach_best(x, rows, starts, reached, max(per_row, 1))
         if per_row:
-            found = ids[:, :per_row] >= 0  # a frontier of fewer rows offers fewer edges
-            spare.append((np.repeat(rows, per_row).reshape(-1, per_row)[found], ids[:, :per_row][found],
-                          sims[:, :per_row][found]))
+            spare.append(_spare_edges(rows, ids, sims, per_row))
         for (h, p), a, b in zip(partners, starts[:-1].tolist(), starts[1:].tolist()):
             i = a + int(np.argmax(sims[a:b, 0]))
             v = float(sims[i, 0])
@@ -267,9 +274,7 @@ def _pair_edges(x: np.ndarray, groups: list[np.ndarray], centres: np.ndarray, pa
         rows = np.concatenate([r for r, _, _ in jobs])
         ids, sims = _best_edges_into(x, x[rows], groups[target], max(per_row, 1))
         if per_row:
-            found = np.isfinite(sims[:, :per_row])  # a side of fewer rows offers fewer edges
-            spare.append((np.repeat(rows, per_row).reshape(-1, per_row)[found], ids[:, :per_row][found],
-                          sims[:, :per_row][found]))
+            spare.append(_spare_edges(rows, ids, sims, per_row))
         start = 0
         for r, p, first in jobs:
             top = start + int(np.argmax(sims[start:start + r.size, 0]))  # the first of equal maxima
