@@ -1,5 +1,7 @@
 """Spanning forest, component joining and tree orientation, against scipy."""
 
+import itertools
+
 import numpy as np
 import pytest
 from scipy.sparse import coo_matrix
@@ -284,3 +286,43 @@ def test_merged_blocks_keep_each_rows_best_scores_ties_to_the_earlier_column(m):
     np.testing.assert_array_equal(pos[:, :want.shape[1]], want)
     np.testing.assert_array_equal(score[:, :want.shape[1]], np.take_along_axis(y, want, axis=1))
     assert (pos[:, 1000:] == -1).all() and np.isneginf(score[:, 1000:]).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_descending_is_a_stable_argsort_of_the_negated_weights(dtype):
+    """Edges by descending weight, equal weights in edge order, as numpy's stable argsort of
+    -weight gives them: with many ties, both zeros, infinities, tiny and negative weights."""
+    from chunktree.kernels.forest import descending
+
+    rng = np.random.default_rng(4)
+    special = np.array([-1.5, -0.0, 0.0, 0.25, 1e-30, -1e-30, np.inf, -np.inf, 3.0], dtype)
+    for w in (rng.choice(special, 2000), rng.standard_normal(2000).astype(dtype), np.empty(0, dtype)):
+        np.testing.assert_array_equal(descending(w), np.argsort(-w, kind="stable"))
+
+
+def test_searches_shared_among_threads_equal_each_search_alone():
+    """_searched cuts its jobs into parts and runs them on threads: every job's result is bit for
+    bit _best_edges_into's over the job's whole rows, for jobs of very different sizes."""
+    from chunktree.kernels import forest
+
+    x = blobs(3000, 16, 8, seed=5)
+    rng = np.random.default_rng(6)
+    jobs = [(x, rng.choice(3000, 2500, replace=False), rng.choice(3000, 900, replace=False), 4),
+            (x, rng.choice(3000, 3, replace=False), rng.choice(3000, 50, replace=False), 2),
+            (x[:40], np.arange(40), rng.choice(3000, 1200, replace=False), 256)]
+    for (vectors, rows, cols, per), (ids, sims) in zip(jobs, forest._searched(x, jobs)):
+        want_ids, want_sims = forest._best_edges_into(x, vectors[rows], cols, per)
+        np.testing.assert_array_equal(ids, want_ids)
+        np.testing.assert_array_equal(sims, want_sims)
+
+
+def test_first_maxima_of_segments():
+    """Each segment's first maximum, as np.argmax of the segment (ties to the first)."""
+    from chunktree.kernels.forest import _first_maxima
+
+    rng = np.random.default_rng(7)
+    values = rng.integers(0, 4, 500).astype(np.float32)
+    values[:3] = -np.inf
+    starts = np.concatenate([[0], np.sort(rng.choice(np.arange(1, 500), 60, replace=False)), [500]])
+    want = [a + int(np.argmax(values[a:b])) for a, b in itertools.pairwise(starts)]
+    np.testing.assert_array_equal(_first_maxima(values, starts), want)
