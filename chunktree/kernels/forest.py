@@ -209,24 +209,20 @@ def _searched(x: np.ndarray, jobs: list[tuple[np.ndarray, np.ndarray, np.ndarray
     threads = numba.get_num_threads()
     work = [rows.size * cols.size for _, rows, cols, _ in jobs]
     share = max(sum(work) / (4 * threads), 1.0)
-    parts = []  # (job, first row, last row)
+    parts = []  # (job, first row, last row), job by job in row order; job j's are parts[bounds[j]:bounds[j + 1]]
+    bounds = [0]
     for j, (_, rows, _, _) in enumerate(jobs):
         cuts = np.linspace(0, rows.size, max(1, min(int(np.ceil(work[j] / share)), rows.size // PART_ROWS)) + 1)
         parts += [(j, int(a), int(b)) for a, b in itertools.pairwise(cuts.astype(np.int64))]
+        bounds.append(len(parts))
     if len(parts) < threads:  # too few rows to share: BLAS's own threads multiply
         with threadpool_limits(threads, user_api="blas"):
             return [search((j, 0, job[1].size)) for j, job in enumerate(jobs)]
-    parts.sort(key=lambda part: -(part[2] - part[1]) * jobs[part[0]][2].size)
+    largest = sorted(range(len(parts)), key=lambda i: -(parts[i][2] - parts[i][1]) * jobs[parts[i][0]][2].size)
     with ThreadPoolExecutor(threads) as pool:
-        found = list(pool.map(search, parts))
-    by_job: list[list[tuple[int, np.ndarray, np.ndarray]]] = [[] for _ in jobs]
-    for (j, a, _), (ids, sims) in zip(parts, found):
-        by_job[j].append((a, ids, sims))
-    out = []
-    for pieces in by_job:
-        pieces.sort(key=lambda piece: piece[0])
-        out.append((np.concatenate([ids for _, ids, _ in pieces]), np.concatenate([sims for _, _, sims in pieces])))
-    return out
+        found = dict(zip(largest, pool.map(lambda i: search(parts[i]), largest)))
+    return [(np.concatenate([found[i][0] for i in range(a, b)]), np.concatenate([found[i][1] for i in range(a, b)]))
+            for a, b in itertools.pairwise(bounds)]
 
 
 # Reassociation lets the dot products run as vector code; no "ninf": the lists start at -inf.
