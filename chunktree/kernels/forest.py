@@ -2,21 +2,21 @@
 
 A top-K neighbour graph of real data falls apart into components (often one per topic), so the
 forest alone is not a tree. ``join_components`` adds, Borůvka-style, the best edge between each
-component and the components whose centroids are nearest to it — the best edge of each such pair
-found by products of the two member sets (all of both sets for small pairs; a small component's
-rows against the large one's rows nearest it; for two large ones each side's frontier facing the
-other against the whole other side) — until one tree spans every vertex.
+component and the components nearest to it (by centroid and by mean similarity) — the best edge
+of each such pair found by products of the two member sets (all of both sets for small pairs; a
+small component's rows against the large one's rows nearest it; for two large ones each side's
+frontier facing the other against the whole other side) — until one tree spans every vertex.
 Beside those it offers spare edges (each searched row's best few into the other side), so that
 the final spanning forest may join two components by more than one edge, as the best tree does.
 The searches run on Python threads, each multiplying on one BLAS thread (``_searched``).
 """
 
 import itertools
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 import numba
 import numpy as np
-import scipy.sparse
 from numba import njit, prange
 from threadpoolctl import threadpool_limits
 
@@ -56,18 +56,26 @@ def kruskal(src, dst, order, n):  # pragma: no cover - compiled
     return taken[:m], labels
 
 
-def descending(weight: np.ndarray) -> np.ndarray:
-    """Indices that sort ``weight`` (no NaN) in descending order, equal weights in index order: a
-    stable argsort of ``-weight``. For float32 (similarities) it is one sort of 64-bit keys, the
-    weight's bits turned to sort as unsigned integers above the index, which numpy's vectorised
-    sort takes: 3.6x faster than the stable argsort at 330,000 edges (the last spanning forest of
-    ``chunktree scale`` at n = 30,000), 2x at 16M (n = 1,000,000, K = 16)."""
-    if weight.dtype != np.float32 or weight.size >= 1 << 32:
-        return np.argsort(-weight, kind="stable").astype(np.int64, copy=False)
+def _descending_keys(weight: np.ndarray, index: np.ndarray) -> np.ndarray:
+    """uint64 keys of float32 ``weight`` (no NaN) that sort ascending as the weights sort
+    descending, equal weights by ``index`` (below 2^32, broadcast against ``weight``): the
+    weight's bits, turned to sort as unsigned integers, above the index."""
     bits = (-weight + np.float32(0.0)).view(np.uint32)  # + 0.0: -0.0 becomes 0.0, equal to it
     keys = np.where(bits >> np.uint32(31), ~bits, bits | np.uint32(1 << 31)).astype(np.uint64)
     keys <<= np.uint64(32)
-    keys |= np.arange(weight.size, dtype=np.uint64)
+    keys |= index.astype(np.uint64, copy=False)
+    return keys
+
+
+def descending(weight: np.ndarray) -> np.ndarray:
+    """Indices that sort ``weight`` (no NaN) in descending order, equal weights in index order: a
+    stable argsort of ``-weight``. For float32 (similarities) it is one sort of 64-bit keys
+    (``_descending_keys``), which numpy's vectorised sort takes: 3.6x faster than the stable
+    argsort at 330,000 edges (the last spanning forest of ``chunktree scale`` at n = 30,000), 2x
+    at 16M (n = 1,000,000, K = 16)."""
+    if weight.dtype != np.float32 or weight.size >= 1 << 32:
+        return np.argsort(-weight, kind="stable").astype(np.int64, copy=False)
+    keys = _descending_keys(weight, np.arange(weight.size))
     keys.sort()
     return (keys & np.uint64(0xFFFFFFFF)).astype(np.int64)
 
@@ -188,23 +196,59 @@ def _best_edges_into(x: np.ndarray, left: np.ndarray, cols: np.ndarray, per: int
     return np.where(pos >= 0, cols[np.where(pos >= 0, pos, 0)], -1), score
 
 
-def _searched(x: np.ndarray, jobs: list[tuple[np.ndarray, np.ndarray, np.ndarray, int]]
-              ) -> list[tuple[np.ndarray, np.ndarray]]:
-    """``_best_edges_into(x, vectors[rows], cols, per)`` of each job (vectors, rows, cols, per), in
-    order.
+def _key_weights(keys: np.ndarray) -> np.ndarray:
+    """The float32 weights of ``_descending_keys``' keys."""
+    order = (keys >> np.uint64(32)).astype(np.uint32)
+    bits = np.where(order >> np.uint32(31), order & np.uint32(0x7FFFFFFF), ~order)
+    return -bits.view(np.float32)
+
+
+def _nearest_members(x: np.ndarray, vectors: np.ndarray, cols: np.ndarray, k: int) -> tuple[np.ndarray]:
+    """The ``k`` rows of ``cols`` (at most 2^32) most similar to each of the vectors (r, d),
+    equal similarities to the earlier row: (r, min(k, cols.size)) ids of ``x``, in the order of
+    ``cols``.
+
+    The products of a block of columns become ``_descending_keys``, partitioned with the kept
+    ones; once a row keeps ``k``, only the products above its lowest kept one (a later column
+    that only ties it loses) are keyed, and the partition takes the kept keys and those. For 814
+    centres against 4,749 rows, k = 256, this took 0.6x the time of ``_keep_best``'s heaps,
+    which also rank."""
+    r = vectors.shape[0]
+    kept = np.empty((r, 0), np.uint64)
+    for c0 in range(0, cols.size, COLUMN_BLOCK):
+        y = vectors @ x[cols[c0:c0 + COLUMN_BLOCK]].T
+        if kept.shape[1] < k:
+            keys = np.concatenate([kept, _descending_keys(y, np.arange(c0, c0 + y.shape[1]))], axis=1)
+        else:
+            row, col = np.nonzero(y > _key_weights(kept.max(axis=1))[:, None])
+            if row.size == 0:
+                continue
+            counts = np.bincount(row, minlength=r)
+            keys = np.full((r, k + counts.max()), np.iinfo(np.uint64).max, np.uint64)
+            keys[:, :k] = kept
+            keys[row, k + np.arange(row.size) - np.repeat(np.cumsum(counts) - counts, counts)] = \
+                _descending_keys(y[row, col], col + c0)
+        kept = np.partition(keys, k - 1, axis=1)[:, :k] if keys.shape[1] > k else keys
+    return (cols[np.sort((kept & np.uint64(0xFFFFFFFF)).astype(np.int64), axis=1)],)
+
+
+def _searched(x: np.ndarray, jobs: list[tuple[np.ndarray, np.ndarray, np.ndarray, int]],
+              search: Callable[..., tuple[np.ndarray, ...]] = _best_edges_into) -> list[tuple[np.ndarray, ...]]:
+    """``search(x, vectors[rows], cols, per)`` of each job (vectors, rows, cols, per), in order:
+    ``_best_edges_into`` or ``_nearest_members``.
 
     The jobs, cut into parts of rows of about equal work (a frontier job of 814 centres against
     one component outweighed all others together), are shared out among Numba's number of Python
     threads, the largest first, each thread multiplying on one BLAS thread (the caller holds BLAS
-    to one, see ``join_components``) and merging with ``_keep_best``, which releases the GIL:
-    every core multiplies and merges, and no BLAS thread is left spinning to slow the
+    to one, see ``join_components``) and merging (``_keep_best`` and numpy's partition release
+    the GIL): every core multiplies and merges, and no BLAS thread is left spinning to slow the
     Numba-parallel ``_reach_best`` after it. Each part gathers its own rows (gathering the
     searched rows of all pairs at once copied 77 MB at n = 30,000) and has at least
     ``PART_ROWS`` of them; a round of fewer parts than threads runs its jobs whole, on BLAS's
     own threads. A row's result does not depend on its part."""
-    def search(part: tuple[int, int, int]) -> tuple[np.ndarray, np.ndarray]:
+    def part_search(part: tuple[int, int, int]) -> tuple[np.ndarray, ...]:
         vectors, rows, cols, per = jobs[part[0]]
-        return _best_edges_into(x, vectors[rows[part[1]:part[2]]], cols, per)
+        return search(x, vectors[rows[part[1]:part[2]]], cols, per)
 
     threads = numba.get_num_threads()
     work = [rows.size * cols.size for _, rows, cols, _ in jobs]
@@ -217,57 +261,69 @@ def _searched(x: np.ndarray, jobs: list[tuple[np.ndarray, np.ndarray, np.ndarray
         bounds.append(len(parts))
     if len(parts) < threads:  # too few rows to share: BLAS's own threads multiply
         with threadpool_limits(threads, user_api="blas"):
-            return [search((j, 0, job[1].size)) for j, job in enumerate(jobs)]
+            return [part_search((j, 0, job[1].size)) for j, job in enumerate(jobs)]
     largest = sorted(range(len(parts)), key=lambda i: -(parts[i][2] - parts[i][1]) * jobs[parts[i][0]][2].size)
     with ThreadPoolExecutor(threads) as pool:
-        found = dict(zip(largest, pool.map(lambda i: search(parts[i]), largest)))
-    return [(np.concatenate([found[i][0] for i in range(a, b)]), np.concatenate([found[i][1] for i in range(a, b)]))
+        found = dict(zip(largest, pool.map(lambda i: part_search(parts[i]), largest)))
+    return [tuple(np.concatenate(arrays) for arrays in zip(*(found[i] for i in range(a, b))))
             for a, b in itertools.pairwise(bounds)]
 
 
 # Reassociation lets the dot products run as vector code; no "ninf": the lists start at -inf.
 @njit(parallel=True, fastmath={"reassoc", "contract", "nsz", "arcp"}, cache=True)
-def _reach_best(x, rows, starts, fronts, per):  # pragma: no cover - compiled
-    """Each row's best ``per`` edges into its pair's frontier: ``rows[starts[q]:starts[q + 1]]``
-    against the rows ``fronts[q]``, (ids, similarities) descending, equal similarities to the one
-    earlier in the frontier; -1 / -inf where the frontier has fewer than ``per`` rows. ``x`` is
-    float32. The pairs run in parallel; each gathers its own rows, then takes its frontier four
-    rows at a time, so that each load of a row's value serves four products (twice as fast as
-    one at a time, on 162 pairs of 23 rows against 256)."""
-    d, f = x.shape[1], fronts.shape[1]
+def _reach_best(x, rows, starts, fronts, front_starts, shares, per):  # pragma: no cover - compiled
+    """Each row's best ``per`` edges into its pair's front: ``rows[starts[q]:starts[q + 1]]``
+    against the rows ``fronts[front_starts[q]:front_starts[q + 1]]``, (ids, similarities)
+    descending, equal similarities to the one earlier in the front; -1 / -inf where the front has
+    fewer than ``per`` rows. ``x`` is float32. The pairs ``shares[t]:shares[t + 1]`` make one
+    thread's share (``_shares``); each pair gathers its own rows, then takes its front four rows
+    at a time, so that each load of a row's value serves four products (twice as fast as one at
+    a time, on 162 pairs of 23 rows against 256)."""
+    d = x.shape[1]
     ids = np.full((rows.size, per), -1, np.int64)
     sims = np.full((rows.size, per), -np.inf, np.float32)
-    for q in prange(fronts.shape[0]):
-        a, b = starts[q], starts[q + 1]
-        left = np.empty((b - a, d), np.float32)
-        for i in range(b - a):
-            left[i] = x[rows[a + i]]
-        y = np.empty((b - a, 4), np.float32)
-        for j0 in range(0, f, 4):
-            c = fronts[q, j0:j0 + 4]
-            c0, c1, c2, c3 = x[c[0]], x[c[min(1, c.size - 1)]], x[c[min(2, c.size - 1)]], x[c[min(3, c.size - 1)]]
+    for t in prange(shares.size - 1):
+        for q in range(shares[t], shares[t + 1]):
+            a, b = starts[q], starts[q + 1]
+            left = np.empty((b - a, d), np.float32)
             for i in range(b - a):
-                row = left[i]
-                v0 = v1 = v2 = v3 = np.float32(0.0)
-                for t in range(d):
-                    v = row[t]
-                    v0 += v * c0[t]
-                    v1 += v * c1[t]
-                    v2 += v * c2[t]
-                    v3 += v * c3[t]
-                y[i, 0], y[i, 1], y[i, 2], y[i, 3] = v0, v1, v2, v3
-            for i in range(b - a):
-                row_id, row_sim = ids[a + i], sims[a + i]
-                for k in range(c.size):
-                    v = y[i, k]
-                    if v <= row_sim[per - 1]:
-                        continue
-                    p = per - 1
-                    while p > 0 and v > row_sim[p - 1]:
-                        row_sim[p], row_id[p] = row_sim[p - 1], row_id[p - 1]
-                        p -= 1
-                    row_sim[p], row_id[p] = v, c[k]
+                left[i] = x[rows[a + i]]
+            y = np.empty((b - a, 4), np.float32)
+            for j0 in range(front_starts[q], front_starts[q + 1], 4):
+                c = fronts[j0:min(j0 + 4, front_starts[q + 1])]
+                c0, c1, c2, c3 = x[c[0]], x[c[min(1, c.size - 1)]], x[c[min(2, c.size - 1)]], x[c[min(3, c.size - 1)]]
+                for i in range(b - a):
+                    row = left[i]
+                    v0 = v1 = v2 = v3 = np.float32(0.0)
+                    for e in range(d):
+                        v = row[e]
+                        v0 += v * c0[e]
+                        v1 += v * c1[e]
+                        v2 += v * c2[e]
+                        v3 += v * c3[e]
+                    y[i, 0], y[i, 1], y[i, 2], y[i, 3] = v0, v1, v2, v3
+                for i in range(b - a):
+                    row_id, row_sim = ids[a + i], sims[a + i]
+                    for k in range(c.size):
+                        v = y[i, k]
+                        if v <= row_sim[per - 1]:
+                            continue
+                        p = per - 1
+                        while p > 0 and v > row_sim[p - 1]:
+                            row_sim[p], row_id[p] = row_sim[p - 1], row_id[p - 1]
+                            p -= 1
+                        row_sim[p], row_id[p] = v, c[k]
     return ids, sims
+
+
+def _shares(work: np.ndarray) -> np.ndarray:
+    """Bounds that cut the pairs of ``_reach_best``, of the given work each, into one share of
+    about equal work per Numba thread: its ``prange`` hands each thread an equal number of
+    iterations, and the pairs of a join differ in work 60-fold (small sides of 17 rows against
+    each other, of 54 against a reach of 256)."""
+    done = np.cumsum(work)
+    cuts = np.searchsorted(done, done[-1] * np.arange(1, numba.get_num_threads()) / numba.get_num_threads())
+    return np.concatenate([[0], cuts, [work.size]]).astype(np.int64)
 
 
 def _spare_edges(rows: np.ndarray, ids: np.ndarray, sims: np.ndarray, per_row: int
@@ -293,24 +349,28 @@ def _pair_edges(x: np.ndarray, groups: list[np.ndarray], centres: np.ndarray, pa
     components, in the order of ``pairs``, and the spare edges: every searched row's best
     ``per_row`` edges into the component it was searched against (src the searched row).
 
-    A pair is searched over all its member pairs (``_whole``) as the smaller side's rows against
-    the larger side; a small side's rows against the large side's ``REACH`` rows nearest the
-    small side's centre (``_reach_best``, all pairs of one large side at once); a pair of large
-    sides as each side's ``FRONTIER`` rows nearest the other side's centre against the whole
-    other side (two products of FRONTIER x size instead of one of size x size). The rows
-    searched whole or through a frontier against one component, from all its pairs, are
-    searched as one job: the component is gathered (in blocks) once a part; on clear data (100
-    topics) the 454 frontier searches of 227 pairs took 0.66 of the 0.91 s of joining one by one.
-    The frontiers are found first, all in one ``_searched`` round; then ``_reach_best``; then
-    the searches, in a second round.
+    A small side (at most ``SMALL_SIDE`` rows) is searched against the other side whole where it
+    has at most ``REACH`` rows, else against its ``REACH`` rows nearest the small side's centre:
+    all such pairs in one ``_reach_best`` call. Another pair is searched over all its member
+    pairs (``_whole``) as the smaller side's rows against the larger side; a pair of large sides
+    as each side's ``FRONTIER`` rows nearest the other side's centre against the whole other side
+    (two products of FRONTIER x size instead of one of size x size). The rows searched whole or
+    through a frontier against one component, from all its pairs, are searched as one job: the
+    component is gathered (in blocks) once a part; on clear data (100 topics) the 454 frontier
+    searches of 227 pairs took 0.66 of the 0.91 s of joining one by one. The frontiers and
+    reaches are found first, in one ``_searched`` round of ``_nearest_members``; then
+    ``_reach_best``; then the searches, in a second round.
     """
     # Searches by the component searched against: (rows, pair, whether the rows are in its first component).
     searches: dict[int, list[tuple[np.ndarray, int, bool]]] = {}
     facing: dict[int, list[tuple[int, int]]] = {}  # each side of a large pair: component -> (partner, pair)
     reach: dict[int, list[tuple[int, int]]] = {}  # a large component -> (small partner, pair)
+    sides: list[tuple[int, np.ndarray, int]] = []  # (small side, the rows it is searched against, pair)
     for p, (g, h) in enumerate(pairs):
         big, small = (g, h) if groups[g].size >= groups[h].size else (h, g)
-        if _whole(groups[g].size, groups[h].size):
+        if groups[small].size <= SMALL_SIDE and groups[big].size <= REACH:
+            sides.append((small, groups[big], p))
+        elif _whole(groups[g].size, groups[h].size):
             searches.setdefault(big, []).append((groups[small], p, small == g))
         elif groups[small].size <= SMALL_SIDE:
             reach.setdefault(big, []).append((small, p))
@@ -320,20 +380,26 @@ def _pair_edges(x: np.ndarray, groups: list[np.ndarray], centres: np.ndarray, pa
     # The frontiers, of both kinds, in one round of searches: a large component's members nearest
     # each partner's centre.
     fronts = _searched(x, [(centres, np.array([h for h, _ in partners]), groups[g], FRONTIER) for g, partners in facing.items()]
-                       + [(centres, np.array([h for h, _ in partners]), groups[g], REACH) for g, partners in reach.items()])
-    for (g, partners), (ids, _) in zip(facing.items(), fronts):
-        for (h, p), row in zip(partners, ids):
-            searches.setdefault(h, []).append((row[row >= 0], p, g == pairs[p][0]))
+                       + [(centres, np.array([h for h, _ in partners]), groups[g], REACH) for g, partners in reach.items()],
+                       _nearest_members)
+    for (g, partners), (front,) in zip(facing.items(), fronts):
+        for i, (h, p) in enumerate(partners):
+            searches.setdefault(h, []).append((front[i], p, g == pairs[p][0]))
+    for partners, (front,) in zip(reach.values(), fronts[len(facing):]):
+        sides += [(h, front[i], p) for i, (h, p) in enumerate(partners)]
     best: dict[int, tuple[int, int, float]] = {}
     spare = [(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float32))]
-    for (g, partners), (reached, _) in zip(reach.items(), fronts[len(facing):]):
-        reached = np.ascontiguousarray(reached[:, :min(REACH, groups[g].size)])  # no empty entries
-        rows = np.concatenate([groups[h] for h, _ in partners])
-        starts = np.cumsum([0] + [groups[h].size for h, _ in partners])
-        ids, sims = _reach_best(x, rows, starts, reached, max(per_row, 1))
+    if sides:  # every small side at once, against its partner whole or its reach into it
+        sides.sort(key=lambda side: side[0])  # a side's pairs one after another, its rows in cache
+        rows = np.concatenate([groups[h] for h, _, _ in sides])
+        starts = np.cumsum([0] + [groups[h].size for h, _, _ in sides])
+        fronts_rows = np.concatenate([front for _, front, _ in sides])
+        fronts_starts = np.cumsum([0] + [front.size for _, front, _ in sides])
+        shares = _shares(np.diff(starts) * np.diff(fronts_starts))
+        ids, sims = _reach_best(x, rows, starts, fronts_rows, fronts_starts, shares, max(per_row, 1))
         if per_row:
             spare.append(_spare_edges(rows, ids, sims, per_row))
-        for (h, p), i in zip(partners, _first_maxima(sims[:, 0], starts).tolist()):
+        for (h, _, p), i in zip(sides, _first_maxima(sims[:, 0], starts).tolist()):
             v = float(sims[i, 0])
             best[p] = (int(rows[i]), int(ids[i, 0]), v) if h == pairs[p][0] else (int(ids[i, 0]), int(rows[i]), v)
     searched = {target: np.concatenate([r for r, _, _ in jobs]) for target, jobs in searches.items()}
@@ -352,15 +418,54 @@ def _pair_edges(x: np.ndarray, groups: list[np.ndarray], centres: np.ndarray, pa
     return [best[p] for p in range(len(pairs))], spare_edges
 
 
-def join_components(x: np.ndarray, labels: np.ndarray, candidates: int = 3, per_row: int = 0
+@njit(parallel=True, cache=True)
+def _component_sums(x, members, bounds):  # pragma: no cover - compiled
+    """The sum of each component's rows, float64 (c, d): component g holds the rows
+    ``members[bounds[g]:bounds[g + 1]]``. In parallel over components, in a third of the time of
+    scipy's sparse indicator product (7 ms at n = 30,000, 816 components)."""
+    sums = np.zeros((bounds.size - 1, x.shape[1]), np.float64)
+    for g in prange(bounds.size - 1):
+        for i in members[bounds[g]:bounds[g + 1]]:
+            for t in range(x.shape[1]):
+                sums[g, t] += x[i, t]
+    return sums
+
+
+def _partners(sums: np.ndarray, sizes: np.ndarray, candidates: int) -> list[tuple[int, int]]:
+    """The pairs (g < h) of components to search, sorted: each component with the one whose
+    centroid is most similar to its own, and with the ``candidates`` of the highest mean
+    similarity between their members and its own (the product of the two mean vectors).
+
+    A component of many topics has a centroid near the mean of all rows: it is the nearest
+    centroid of most components, and the largest, which holds the most topics, holds the best
+    edge of many small ones (283 of the 815 edges of the best joining tree at n = 30,000, 1,000
+    topics). Its members are spread, so the mean similarity ranks it low, and ranks the small
+    components by topic: with three nearest centroids a component of 170 rows was a partner of
+    810 of the 816 components (8 of its edges in the best tree). Measured against the best
+    joining tree (every pair of components searched whole), at n = 30,000 / 50,000 with 1,000
+    topics: three nearest centroids joined 413.4 / 504.5 of 419.4 / 522.1 with 2,440 / 2,675
+    pairs; the nearest centroid and two highest mean similarities 414.3 / 505.2 with 2,320 /
+    2,409."""
+    c = sums.shape[0]
+    means = (sums / sizes[:, None]).astype(np.float32)
+    mean_sims = means @ means.T
+    np.fill_diagonal(mean_sims, -np.inf)
+    centroid = np.argmax(mean_sims / np.sqrt(np.maximum(np.einsum("ij,ij->i", means, means), 1e-30)), axis=1)
+    m = min(candidates, c - 1)
+    near = np.concatenate([centroid[:, None], np.argpartition(mean_sims, c - m, axis=1)[:, c - m:]], axis=1)
+    return sorted({(min(g, h), max(g, h)) for g, row in enumerate(near.tolist()) for h in row})
+
+
+def join_components(x: np.ndarray, labels: np.ndarray, candidates: int = 2, per_row: int = 0
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Edges (src, dst, weight) that join the components given by ``labels`` into one tree, then
     ``per_row`` spare edges for each row searched.
 
-    Each round, every component is paired with the ``candidates`` components whose mean vectors
-    are most similar to its own; the best edge of each pair is found by ``_pair_edges`` (over
-    all member pairs for small pairs, through the frontier facing the other component for large
-    ones), and Kruskal over those edges merges components. Every component gains an edge each
+    Each round, every component is paired with the component of the nearest centroid and the
+    ``candidates`` of the highest mean similarity to its members (``_partners``); the best edge
+    of each pair is found by ``_pair_edges`` (over all member pairs for small pairs, through
+    the rows facing the other component for large ones), and Kruskal over those edges merges
+    components. Every component gains an edge each
     round, so the number of components at least halves per round.
 
     The first edges returned (one fewer than the components) join the components into one tree.
@@ -382,19 +487,10 @@ def join_components(x: np.ndarray, labels: np.ndarray, candidates: int = 3, per_
             members = np.argsort(inverse, kind="stable")
             bounds = np.searchsorted(inverse[members], np.arange(c + 1))
             groups = [members[bounds[g]:bounds[g + 1]] for g in range(c)]
-            # Sums per component as one sparse (c x n) product: np.add.at took two thirds of the joining
-            # time at n = 100k, and gathering the rows by component would copy the vectors.
-            indicator = scipy.sparse.csr_matrix((np.ones(x.shape[0], x.dtype), (inverse, np.arange(x.shape[0]))),
-                                                shape=(c, x.shape[0]))
-            centroids = np.asarray(indicator @ x, dtype=np.float64)
-            centroids /= np.maximum(np.linalg.norm(centroids, axis=1, keepdims=True), 1e-12)
-            csim = centroids @ centroids.T
-            np.fill_diagonal(csim, -np.inf)
-            m = min(candidates, c - 1)
-            near = np.argpartition(-csim, m - 1, axis=1)[:, :m]  # each component's m nearest, in no order
-            pairs = {(min(g, h), max(g, h)) for g in range(c) for h in near[g].tolist()}
-            centres = centroids.astype(x.dtype)
-            edges, spare = _pair_edges(x, groups, centres, sorted(pairs), per_row)
+            sums = _component_sums(x, members, bounds)
+            pairs = _partners(sums, np.diff(bounds), candidates)
+            centres = (sums / np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12)).astype(x.dtype)
+            edges, spare = _pair_edges(x, groups, centres, pairs, per_row)
             spare_all.append(spare)
             e_src = np.array([e[0] for e in edges], dtype=np.int64)
             e_dst = np.array([e[1] for e in edges], dtype=np.int64)

@@ -161,7 +161,8 @@ def _small_topics_beside_a_large_component(seed):
 
 def test_a_reach_over_the_whole_large_side_is_the_exhaustive_join(monkeypatch):
     """Small components against a large one through the large side's rows nearest them: where
-    REACH holds all of the large side, the joining and spare edges are the exhaustive join's."""
+    REACH holds all of the large side (so ``_reach_best`` takes it whole), the joining and spare
+    edges are those of the exhaustive join by BLAS products."""
     import chunktree.kernels.forest as forest
 
     x, labels = _small_topics_beside_a_large_component(seed=21)
@@ -169,6 +170,7 @@ def test_a_reach_over_the_whole_large_side_is_the_exhaustive_join(monkeypatch):
     monkeypatch.setattr(forest, "REACH", x.shape[0])
     reach = join_components(x, labels, candidates=6, per_row=3)
     monkeypatch.setattr(forest, "EXACT_PAIRS", 1 << 62)
+    monkeypatch.setattr(forest, "REACH", 0)  # every pair by BLAS products of its whole sides
     exact = join_components(x, labels, candidates=6, per_row=3)
     np.testing.assert_allclose(reach[2], np.sum(x[reach[0]] * x[reach[1]], axis=1), atol=1e-5)
     np.testing.assert_allclose(reach[2][:6].sum(), exact[2][:6].sum(), rtol=1e-6)
@@ -326,3 +328,43 @@ def test_first_maxima_of_segments():
     starts = np.concatenate([[0], np.sort(rng.choice(np.arange(1, 500), 60, replace=False)), [500]])
     want = [a + int(np.argmax(values[a:b])) for a, b in itertools.pairwise(starts)]
     np.testing.assert_array_equal(_first_maxima(values, starts), want)
+
+
+@pytest.mark.parametrize("column_block", [7, 64, 1 << 15])
+def test_nearest_members_are_the_most_similar_rows_ties_to_the_earlier(monkeypatch, column_block):
+    """Each vector's k most similar rows, kept over blocks of columns, are the first k of a
+    stable argsort of its similarities (equal ones to the earlier row, with many duplicate
+    rows), in the order of the columns; asked for more than there are, all of them."""
+    from chunktree.kernels import forest
+
+    monkeypatch.setattr(forest, "COLUMN_BLOCK", column_block)
+    x = blobs(300, 12, 4, seed=8)
+    x[150:] = x[:150]  # every row twice: equal similarities
+    rng = np.random.default_rng(1)
+    vectors, cols = x[rng.choice(300, 40, replace=False)], rng.choice(300, 220, replace=False)
+    for k in (1, 16, 219, 220, 500):
+        (got,) = forest._nearest_members(x, vectors, cols, k)
+        want = np.sort(np.argsort(-(vectors @ x[cols].T), axis=1, kind="stable")[:, :k], axis=1)
+        np.testing.assert_array_equal(got, cols[want])
+
+
+def test_partners_are_the_nearest_centroid_and_the_highest_mean_similarities():
+    """Each component is paired with the component of the nearest centroid and the two of the
+    highest mean similarity between their members, both taken from the full similarity matrix."""
+    from chunktree.kernels import forest
+
+    x = blobs(600, 16, 5, seed=3)
+    labels = np.random.default_rng(4).integers(0, 30, 600)
+    labels[:30] = np.arange(30)  # no component empty
+    full = x.astype(np.float64) @ x.T.astype(np.float64)
+    groups = [np.flatnonzero(labels == g) for g in range(30)]
+    mean = np.array([[full[np.ix_(a, b)].mean() for b in groups] for a in groups])
+    centroids = np.array([x[a].sum(axis=0) for a in groups], dtype=np.float64)
+    centroids /= np.linalg.norm(centroids, axis=1, keepdims=True)
+    cosine = centroids @ centroids.T
+    np.fill_diagonal(mean, -np.inf)
+    np.fill_diagonal(cosine, -np.inf)
+    want = sorted({(min(g, h), max(g, h)) for g in range(30)
+                   for h in [int(np.argmax(cosine[g]))] + np.argsort(-mean[g])[:2].tolist()})
+    sums = np.array([x[a].sum(axis=0) for a in groups], dtype=np.float64)
+    assert forest._partners(sums, np.array([a.size for a in groups]), 2) == want
