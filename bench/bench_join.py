@@ -1,8 +1,10 @@
 """Joining the top-K forest's components: time and joining weight of ``join_components`` against
-its exhaustive reference (every pair of components searched in full), in the same run, with the
+its exhaustive reference (every pair it chose searched in full), in the same run, with the
 top-K search and the forest timed beside it for the share; and on fuzzy data (a topic per 20
-rows, at n = 20,000, 50,000 and n / 3), where hundreds of small components pair with one that
-holds most rows, the share of the tree time and the tree's weight against the exhaustive join's.
+rows at n = 20,000, 50,000 and n / 3, and `chunktree scale`'s 1,000 topics at 30,000), where
+hundreds of small components pair with one that holds most rows, the share of the tree time,
+the tree's weight against the exhaustive join's and, up to n = 50,000, the joining weight against
+the best joining tree's (every pair of components searched in full).
 
     python -m pytest bench/bench_join.py                                  # n = 300,000; fuzzy 20k, 50k, 100k
     CHUNKTREE_BENCH_JOIN_N=1000000 python -m pytest bench/bench_join.py  # about 8 minutes
@@ -22,7 +24,8 @@ from chunktree.engine.scale import synthetic_embeddings
 from chunktree.kernels import forest
 
 N = int(os.environ.get("CHUNKTREE_BENCH_JOIN_N", 300_000))
-FUZZY = [20_000, 50_000, N // 3]
+FUZZY = [(20_000, 1_000), (30_000, 1_000), (50_000, 2_500), (N // 3, N // 60)]  # (n, topics)
+BEST_MAX_N = 50_000  # the best joining tree searches all n^2 / 2 pairs
 
 
 @pytest.fixture(autouse=True)
@@ -70,34 +73,56 @@ def test_join(results, monkeypatch):
                        "tree": _tree_weight(edges, joined, N), "exhaustive_tree": _tree_weight(edges, exhaustive, N)}
 
 
-@pytest.mark.parametrize("n", FUZZY)
-def test_join_fuzzy(results, monkeypatch, n):
-    x = synthetic_embeddings(n, topics=n // 20, seed=n)
+def _best_joining_weight(x, labels):
+    """The weight of the best joining tree: a maximum spanning tree over the components, each
+    pair weighted by its best edge, from every pair of rows (in blocks of 2,048 rows)."""
+    comps, inverse = np.unique(labels, return_inverse=True)
+    c = comps.size
+    by_component = np.argsort(inverse, kind="stable")
+    xs, ls = x[by_component], inverse[by_component]
+    starts = np.searchsorted(ls, np.arange(c))
+    best = np.full((c, c), -np.inf, np.float32)
+    for a in range(0, x.shape[0], 2048):
+        block = np.maximum.reduceat(xs[a:a + 2048] @ xs.T, starts, axis=1)  # each row's best edge into each component
+        present, first = np.unique(ls[a:a + 2048], return_index=True)
+        best[present] = np.maximum(best[present], np.maximum.reduceat(block, first, axis=0))
+    g, h = np.triu_indices(c, 1)
+    taken, _ = forest.max_spanning_forest(g.astype(np.int64), h.astype(np.int64), best[g, h], c)
+    return float(best[g, h][taken].sum(dtype=np.float64))
+
+
+@pytest.mark.parametrize("n, topics", FUZZY)
+def test_join_fuzzy(results, monkeypatch, n, topics):
+    x = synthetic_embeddings(n, topics=topics, seed=n)
     labels, edges, t_knn, t_forest = _forest(x)
+    c = int(np.unique(labels).size)
     timed = {}
     for name, exact_pairs in (("join", forest.EXACT_PAIRS), ("exhaustive", 1 << 62)):
         monkeypatch.setattr(forest, "EXACT_PAIRS", exact_pairs)
         t0 = time.perf_counter()
         joined = forest.join_components(x, labels, per_row=JOIN_PER_ROW)
-        timed[name] = (time.perf_counter() - t0, _tree_weight(edges, joined, n))
+        timed[name] = (time.perf_counter() - t0, _tree_weight(edges, joined, n), float(joined[2][:c - 1].sum()))
     _, counts = np.unique(labels, return_counts=True)
-    results[f"join_fuzzy_{n}"] = {"n": n, "components": counts.size, "outside": int(n - counts.max()),
-                                  "knn": t_knn, "forest": t_forest, **timed}
+    results[f"join_fuzzy_{n}_{topics}"] = {
+        "n": n, "topics": topics, "components": c, "outside": int(n - counts.max()), "knn": t_knn,
+        "forest": t_forest, **timed, "best_joining": _best_joining_weight(x, labels) if n <= BEST_MAX_N else None}
 
 
 @summary
 def _report(results):
     lines = []
-    for n in FUZZY:
-        f = results.get(f"join_fuzzy_{n}")
+    for n, topics in FUZZY:
+        f = results.get(f"join_fuzzy_{n}_{topics}")
         if not f:
             continue
-        (t, w), (t_ex, w_ex) = f["join"], f["exhaustive"]
-        lines.append(f"fuzzy join at n = {f['n']:,} ({f['components']} components, {f['outside']:,} rows outside "
-                     f"the largest): {t:.2f} s, {100 * t / (f['knn'] + f['forest'] + t):.1f}% of the tree time "
-                     f"(top-K {f['knn']:.1f} s); exhaustive {t_ex:.2f} s ({t_ex / t:.1f}x), "
-                     f"{100 * t_ex / (f['knn'] + f['forest'] + t_ex):.1f}%; tree weight {w:.3f} vs {w_ex:.3f} "
-                     f"({100 * (w / w_ex - 1):+.4f}%)")
+        (t, w, j), (t_ex, w_ex, j_ex) = f["join"], f["exhaustive"]
+        best = f["best_joining"]
+        lines.append(f"fuzzy join at n = {f['n']:,}, {f['topics']:,} topics ({f['components']} components, "
+                     f"{f['outside']:,} rows outside the largest): {t:.2f} s, "
+                     f"{100 * t / (f['knn'] + f['forest'] + t):.1f}% of the tree time (top-K {f['knn']:.1f} s); "
+                     f"exhaustive {t_ex:.2f} s ({t_ex / t:.1f}x), {100 * t_ex / (f['knn'] + f['forest'] + t_ex):.1f}%; "
+                     f"tree weight {w:.3f} vs {w_ex:.3f} ({100 * (w / w_ex - 1):+.4f}%); joining weight {j:.3f} "
+                     f"(exhaustive {j_ex:.3f}" + (f", best joining tree {best:.3f}: {100 * j / best:.2f}%)" if best else ")"))
     r = results.get("join")
     if not r:
         return lines
