@@ -90,9 +90,10 @@ def max_spanning_forest(src: np.ndarray, dst: np.ndarray, weight: np.ndarray, n:
 
 
 # A pair of components is searched over all its member pairs when it has at most EXACT_PAIRS of
-# them. Otherwise, where its smaller side has at most SMALL_SIDE rows, each of those rows is
-# searched against the REACH rows of the large side nearest the small side's centre (so every row
-# of a small component offers its spare edges); and a pair of two large sides through its
+# them, or when one side has at most SMALL_SIDE rows and the other at most REACH. Otherwise,
+# where its smaller side has at most SMALL_SIDE rows, each of those rows is searched against the
+# REACH rows of the large side nearest the small side's centre (so every row of a small
+# component offers its spare edges); and a pair of two large sides through its
 # frontiers: the FRONTIER rows of each side nearest the other side's centre, searched against the
 # whole other side. FRONTIER: on the 100-topic cases of ``chunktree scale`` (n = 30,000 and
 # 50,000, components of 300-500 rows) 32 gave the tree weight of 64 in two thirds of the joining
@@ -102,8 +103,11 @@ def max_spanning_forest(src: np.ndarray, dst: np.ndarray, weight: np.ndarray, n:
 # hundreds of small components pair with one that holds most rows, searching each small one's
 # rows against all of it took 18-24% of the tree time; 256 rows took about a third of that
 # joining time and lost 0.008-0.012% of the tree's weight; 128 lost more (0.014% at 20,000), 512
-# less (0.003-0.008%) at 1.2-1.3x the time.
-EXACT_PAIRS = 1 << 16
+# less (0.003-0.008%) at 1.2-1.3x the time. EXACT_PAIRS: at n = 50,000 with 1,500 topics (1,409
+# components, two of 864 and 747 rows that most others pair with) 1 << 16 searched those pairs
+# whole in 1.2x the joining time of 1 << 14, which reaches them, for a tree 0.027 heavier (of
+# 31,833); five other cases (n = 20,000 to 50,000, 100 to 2,500 topics) gave the same trees.
+EXACT_PAIRS = 1 << 14
 SMALL_SIDE = 128
 FRONTIER = 32
 REACH = 256
@@ -202,6 +206,31 @@ def _key_weights(keys: np.ndarray) -> np.ndarray:
     return -bits.view(np.float32)
 
 
+@njit(cache=True, nogil=True)
+def _above(y, floor):  # pragma: no cover - compiled
+    """Each row's products above its floor: (values, columns), float32 and int64 (rows x the most
+    of any row), in column order, padded with -inf / 0. One pass to count and one to copy, where
+    numpy's nonzero and scatter took a third of the search (928 centres against 14,002 rows)."""
+    counts = np.zeros(y.shape[0], np.int64)
+    for i in range(y.shape[0]):
+        f, c = floor[i], 0
+        for j in range(y.shape[1]):
+            c += y[i, j] > f
+        counts[i] = c
+    m = counts.max() if y.shape[0] else 0
+    values = np.full((y.shape[0], m), -np.inf, np.float32)
+    at = np.zeros((y.shape[0], m), np.int64)
+    for i in range(y.shape[0]):
+        if counts[i] == 0:
+            continue
+        f, c = floor[i], 0
+        for j in range(y.shape[1]):
+            if y[i, j] > f:
+                values[i, c], at[i, c] = y[i, j], j
+                c += 1
+    return values, at
+
+
 def _nearest_members(x: np.ndarray, vectors: np.ndarray, cols: np.ndarray, k: int) -> tuple[np.ndarray]:
     """The ``k`` rows of ``cols`` (at most 2^32) most similar to each of the vectors (r, d),
     equal similarities to the earlier row: (r, min(k, cols.size)) ids of ``x``, in the order of
@@ -209,9 +238,9 @@ def _nearest_members(x: np.ndarray, vectors: np.ndarray, cols: np.ndarray, k: in
 
     The products of a block of columns become ``_descending_keys``, partitioned with the kept
     ones; once a row keeps ``k``, only the products above its lowest kept one (a later column
-    that only ties it loses) are keyed, and the partition takes the kept keys and those. For 814
-    centres against 4,749 rows, k = 256, this took 0.6x the time of ``_keep_best``'s heaps,
-    which also rank."""
+    that only ties it loses, ``_above``) are keyed, and the partition takes the kept keys and
+    those. For 814 centres against 4,749 rows, k = 256, this took 0.6x the time of
+    ``_keep_best``'s heaps, which also rank."""
     r = vectors.shape[0]
     kept = np.empty((r, 0), np.uint64)
     for c0 in range(0, cols.size, COLUMN_BLOCK):
@@ -219,14 +248,10 @@ def _nearest_members(x: np.ndarray, vectors: np.ndarray, cols: np.ndarray, k: in
         if kept.shape[1] < k:
             keys = np.concatenate([kept, _descending_keys(y, np.arange(c0, c0 + y.shape[1]))], axis=1)
         else:
-            row, col = np.nonzero(y > _key_weights(kept.max(axis=1))[:, None])
-            if row.size == 0:
+            values, at = _above(y, _key_weights(kept.max(axis=1)))
+            if values.shape[1] == 0:
                 continue
-            counts = np.bincount(row, minlength=r)
-            keys = np.full((r, k + counts.max()), np.iinfo(np.uint64).max, np.uint64)
-            keys[:, :k] = kept
-            keys[row, k + np.arange(row.size) - np.repeat(np.cumsum(counts) - counts, counts)] = \
-                _descending_keys(y[row, col], col + c0)
+            keys = np.concatenate([kept, _descending_keys(values, at + c0)], axis=1)
         kept = np.partition(keys, k - 1, axis=1)[:, :k] if keys.shape[1] > k else keys
     return (cols[np.sort((kept & np.uint64(0xFFFFFFFF)).astype(np.int64), axis=1)],)
 
