@@ -542,16 +542,17 @@ def join_components(x: np.ndarray, labels: np.ndarray, candidates: int = 2, per_
 
 def load_kernels() -> None:
     """Load the join's compiled kernels (compiling them on the first use after an install or a
-    change): small joins that search a small component whole and through its reach into a large
-    one, of writable vectors and of read-only ones (as ``order`` passes vectors that were unit
-    rows already; Numba compiles each kind apart), so that a join timed after it times the join
-    alone."""
-    x = np.random.default_rng(0).standard_normal((2000, 8)).astype(np.float32)
+    change), so that a join timed after it times the join alone: a small join whose pairs take
+    every path (a small component whole against a small one and through its reach into one of
+    more than ``COLUMN_BLOCK`` rows, a pair of large ones through their frontiers, a pair
+    searched whole by BLAS), of writable vectors and of read-only ones (as ``order`` passes
+    vectors that were unit rows already; Numba compiles each kind apart)."""
+    x = np.random.default_rng(0).standard_normal((2540, 8)).astype(np.float32)
     x /= np.linalg.norm(x, axis=1, keepdims=True)
-    labels = np.repeat(np.arange(3), [1890, 100, 10])
-    join_components(x, labels, per_row=1)
+    labels = np.repeat(np.arange(4), [2300, 130, 100, 10])
+    join_components(x, labels, candidates=3, per_row=1)
     x.flags.writeable = False
-    join_components(x, labels, per_row=1)
+    join_components(x, labels, candidates=3, per_row=1)
 
 
 @njit("Tuple((int64[:], float32[:]))(int64[:], int64[:], float32[:], int64, int64)", cache=True)

@@ -368,3 +368,32 @@ def test_partners_are_the_nearest_centroid_and_the_highest_mean_similarities():
                    for h in [int(np.argmax(cosine[g]))] + np.argsort(-mean[g])[:2].tolist()})
     sums = np.array([x[a].sum(axis=0) for a in groups], dtype=np.float64)
     assert forest._partners(sums, np.array([a.size for a in groups]), 2) == want
+
+
+def test_after_load_kernels_a_join_compiles_nothing():
+    """In a fresh process, load_kernels compiles (or loads) every kernel a join runs: a join of
+    another shape after it (a large component, mid-sized ones, many small ones; writable and
+    read-only vectors) adds no compiled signature to any of the module's kernels."""
+    import subprocess
+    import sys
+
+    script = """
+import numba, numpy as np
+from chunktree.kernels import forest
+forest.load_kernels()
+kernels = {name: f for name, f in vars(forest).items() if isinstance(f, numba.core.registry.CPUDispatcher)}
+before = {name: len(f.signatures) for name, f in kernels.items()}
+rng = np.random.default_rng(1)
+x = rng.standard_normal((6000, 16)).astype(np.float32)
+x /= np.linalg.norm(x, axis=1, keepdims=True)
+labels = np.concatenate([np.zeros(4000, np.int64), np.repeat([1, 2], 300), 3 + np.arange(1400) // 20])
+forest.join_components(x, labels, per_row=4)
+x.flags.writeable = False
+forest.join_components(x, labels, per_row=4)
+after = {name: len(f.signatures) for name, f in kernels.items()}
+assert after == before, (before, after)
+print(sorted(before))
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "_above" in done.stdout and "_reach_best" in done.stdout
