@@ -111,6 +111,10 @@ EXACT_PAIRS = 1 << 14
 SMALL_SIDE = 128
 FRONTIER = 32
 REACH = 256
+# A frontier is searched against a component of at most KERNEL_SIDE rows in ``_reach_best``, with
+# the small sides and reaches; against a larger one, by BLAS products of the component gathered
+# once for all its pairs.
+KERNEL_SIDE = 1024
 
 
 def _whole(a: int, b: int) -> bool:
@@ -382,26 +386,29 @@ def _pair_edges(x: np.ndarray, groups: list[np.ndarray], centres: np.ndarray, pa
     ``per_row`` edges into the component it was searched against (src the searched row).
 
     A small side (at most ``SMALL_SIDE`` rows) is searched against the other side whole where it
-    has at most ``REACH`` rows, else against its ``REACH`` rows nearest the small side's centre:
-    all such pairs in one ``_reach_best`` call. Another pair is searched over all its member
-    pairs (``_whole``) as the smaller side's rows against the larger side; a pair of large sides
-    as each side's ``FRONTIER`` rows nearest the other side's centre against the whole other side
-    (two products of FRONTIER x size instead of one of size x size). The rows searched whole or
-    through a frontier against one component, from all its pairs, are searched as one job: the
-    component is gathered (in blocks) once a part; on clear data (100 topics) the 454 frontier
-    searches of 227 pairs took 0.66 of the 0.91 s of joining one by one. The frontiers and
-    reaches are found first, in one ``_searched`` round of ``_nearest_members``; then
-    ``_reach_best``; then the searches, in a second round.
+    has at most ``REACH`` rows, else against its ``REACH`` rows nearest the small side's centre.
+    Another pair is searched over all its member pairs (``_whole``) as the smaller side's rows
+    against the larger side; a pair of large sides as each side's ``FRONTIER`` rows nearest the
+    other side's centre against the whole other side (two products of FRONTIER x size instead of
+    one of size x size). The frontiers and reaches are found first, in one ``_searched`` round of
+    ``_nearest_members``. Then the small sides, the reaches and the frontiers facing a component
+    of at most ``KERNEL_SIDE`` rows are searched in one ``_reach_best`` call (at n = 21,000 with
+    100 topics, components of about 210 rows, a BLAS search a component took 1.3x the joining
+    time); the other searches against one component, from all its pairs, as one BLAS job of a
+    second ``_searched`` round: the component is gathered (in blocks) once a part (on clear data,
+    100 topics, the 454 frontier searches of 227 pairs took 0.66 of the 0.91 s of
+    joining one by one).
     """
     # Searches by the component searched against: (rows, pair, whether the rows are in its first component).
     searches: dict[int, list[tuple[np.ndarray, int, bool]]] = {}
     facing: dict[int, list[tuple[int, int]]] = {}  # each side of a large pair: component -> (partner, pair)
     reach: dict[int, list[tuple[int, int]]] = {}  # a large component -> (small partner, pair)
-    sides: list[tuple[int, np.ndarray, int]] = []  # (small side, the rows it is searched against, pair)
+    # Searches in ``_reach_best``: (rows, the rows they are searched against, pair, whether the rows are in its first component).
+    sides: list[tuple[np.ndarray, np.ndarray, int, bool]] = []
     for p, (g, h) in enumerate(pairs):
         big, small = (g, h) if groups[g].size >= groups[h].size else (h, g)
         if groups[small].size <= SMALL_SIDE and groups[big].size <= REACH:
-            sides.append((small, groups[big], p))
+            sides.append((groups[small], groups[big], p, small == g))
         elif _whole(groups[g].size, groups[h].size):
             searches.setdefault(big, []).append((groups[small], p, small == g))
         elif groups[small].size <= SMALL_SIDE:
@@ -416,24 +423,28 @@ def _pair_edges(x: np.ndarray, groups: list[np.ndarray], centres: np.ndarray, pa
                        _nearest_members)
     for (g, partners), (front,) in zip(facing.items(), fronts):
         for i, (h, p) in enumerate(partners):
-            searches.setdefault(h, []).append((front[i], p, g == pairs[p][0]))
+            if groups[h].size <= KERNEL_SIDE:
+                sides.append((front[i], groups[h], p, g == pairs[p][0]))
+            else:
+                searches.setdefault(h, []).append((front[i], p, g == pairs[p][0]))
     for partners, (front,) in zip(reach.values(), fronts[len(facing):]):
-        sides += [(h, front[i], p) for i, (h, p) in enumerate(partners)]
+        sides += [(groups[h], front[i], p, h == pairs[p][0]) for i, (h, p) in enumerate(partners)]
     best: dict[int, tuple[int, int, float]] = {}
     spare = [(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float32))]
-    if sides:  # every small side at once, against its partner whole or its reach into it
-        sides.sort(key=lambda side: side[0])  # a side's pairs one after another, its rows in cache
-        rows = np.concatenate([groups[h] for h, _, _ in sides])
-        starts = np.cumsum([0] + [groups[h].size for h, _, _ in sides])
-        fronts_rows = np.concatenate([front for _, front, _ in sides])
-        fronts_starts = np.cumsum([0] + [front.size for _, front, _ in sides])
+    if sides:  # all at once
+        sides.sort(key=lambda side: int(side[0][0]))  # a component's searches one after another, its rows in cache
+        rows = np.concatenate([side[0] for side in sides])
+        starts = np.cumsum([0] + [side[0].size for side in sides])
+        fronts_rows = np.concatenate([side[1] for side in sides])
+        fronts_starts = np.cumsum([0] + [side[1].size for side in sides])
         shares = _shares(np.diff(starts) * np.diff(fronts_starts))
         ids, sims = _reach_best(x, rows, starts, fronts_rows, fronts_starts, shares, max(per_row, 1))
         if per_row:
             spare.append(_spare_edges(rows, ids, sims, per_row))
-        for (h, _, p), i in zip(sides, _first_maxima(sims[:, 0], starts).tolist()):
-            v = float(sims[i, 0])
-            best[p] = (int(rows[i]), int(ids[i, 0]), v) if h == pairs[p][0] else (int(ids[i, 0]), int(rows[i]), v)
+        for (_, _, p, first), top in zip(sides, _first_maxima(sims[:, 0], starts).tolist()):
+            i, j, v = int(rows[top]), int(ids[top, 0]), float(sims[top, 0])
+            if p not in best or v > best[p][2]:
+                best[p] = (i, j, v) if first else (j, i, v)
     searched = {target: np.concatenate([r for r, _, _ in jobs]) for target, jobs in searches.items()}
     found = _searched(x, [(x, rows, groups[target], max(per_row, 1)) for target, rows in searched.items()])
     for (target, jobs), (ids, sims) in zip(searches.items(), found):
