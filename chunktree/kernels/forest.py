@@ -111,9 +111,9 @@ EXACT_PAIRS = 1 << 14
 SMALL_SIDE = 128
 FRONTIER = 32
 REACH = 256
-# A frontier is searched against a component of at most KERNEL_SIDE rows in ``_reach_best``, with
-# the small sides and reaches; against a larger one, by BLAS products of the component gathered
-# once for all its pairs.
+# A component of at most KERNEL_SIDE rows is searched by ``_reach_best`` (its frontiers found and
+# searched against), with the small sides and reaches; a larger one by BLAS products, gathered
+# once for all its pairs (``_pair_edges``).
 KERNEL_SIDE = 1024
 
 
@@ -299,17 +299,17 @@ def _searched(x: np.ndarray, jobs: list[tuple[np.ndarray, np.ndarray, np.ndarray
 
 # Reassociation lets the dot products run as vector code; no "ninf": the lists start at -inf.
 @njit(parallel=True, fastmath={"reassoc", "contract", "nsz", "arcp"}, cache=True)
-def _reach_best(x, rows, starts, fronts, front_starts, shares, per):  # pragma: no cover - compiled
-    """Each row's best ``per`` edges into its pair's front: ``rows[starts[q]:starts[q + 1]]``
-    against the rows ``fronts[front_starts[q]:front_starts[q + 1]]``, (ids, similarities)
-    descending, equal similarities to the one earlier in the front; -1 / -inf where the front has
-    fewer than ``per`` rows. ``x`` is float32. The pairs ``shares[t]:shares[t + 1]`` make one
+def _reach_best(lefts, rows, starts, x, fronts, front_starts, shares, per):  # pragma: no cover - compiled
+    """Each row's best ``per`` edges into its pair's front: the rows ``rows[starts[q]:starts[q +
+    1]]`` of ``lefts`` against the rows ``fronts[front_starts[q]:front_starts[q + 1]]`` of ``x``,
+    (ids, similarities) descending, equal similarities to the one earlier in the front; -1 / -inf
+    where the front has fewer than ``per`` rows. ``lefts`` and ``x`` are float32. The pairs ``shares[t]:shares[t + 1]`` make one
     thread's share (``_shares``); each pair gathers its own rows, then takes them two at a time
     against its front four rows at a time: eight sums in registers, each load serving two or
     four products (one row at a time took 1.2-1.3x the time on the pairs of n = 30,000 and
     40,000 with 1,000 and 1,500 topics; four at a time gained little more, and eight sums fit
     AVX2's registers)."""
-    d = x.shape[1]
+    d = lefts.shape[1]
     ids = np.full((rows.size, per), -1, np.int64)
     sims = np.full((rows.size, per), -np.inf, np.float32)
     for t in prange(shares.size - 1):
@@ -317,7 +317,7 @@ def _reach_best(x, rows, starts, fronts, front_starts, shares, per):  # pragma: 
             a, b = starts[q], starts[q + 1]
             left = np.zeros((b - a + 1, d), np.float32)  # a row of zeros pads an odd count
             for i in range(b - a):
-                left[i] = x[rows[a + i]]
+                left[i] = lefts[rows[a + i]]
             y = np.empty((b - a + 1, 4), np.float32)
             for j0 in range(front_starts[q], front_starts[q + 1], 4):
                 c = fronts[j0:min(j0 + 4, front_starts[q + 1])]
@@ -362,6 +362,19 @@ def _shares(work: np.ndarray) -> np.ndarray:
     return np.concatenate([[0], cuts, [work.size]]).astype(np.int64)
 
 
+def _kernel_searched(lefts: np.ndarray, x: np.ndarray, searches: list[tuple[np.ndarray, np.ndarray]], per: int
+                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """``_reach_best`` over the searches (rows of ``lefts``, rows of ``x`` they are searched
+    against): (rows, starts, ids, sims), the rows of all searches one after another, search s's
+    at ``starts[s]:starts[s + 1]``."""
+    rows = np.concatenate([rows for rows, _ in searches])
+    starts = np.cumsum([0] + [rows.size for rows, _ in searches])
+    fronts = np.concatenate([front for _, front in searches])
+    front_starts = np.cumsum([0] + [front.size for _, front in searches])
+    shares = _shares(np.diff(starts) * np.diff(front_starts))
+    return (rows, starts) + _reach_best(lefts, rows, starts, x, fronts, front_starts, shares, per)
+
+
 def _spare_edges(rows: np.ndarray, ids: np.ndarray, sims: np.ndarray, per_row: int
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Each searched row's first ``per_row`` edges (src, dst, weight) of a search's (ids, sims),
@@ -390,14 +403,18 @@ def _pair_edges(x: np.ndarray, groups: list[np.ndarray], centres: np.ndarray, pa
     Another pair is searched over all its member pairs (``_whole``) as the smaller side's rows
     against the larger side; a pair of large sides as each side's ``FRONTIER`` rows nearest the
     other side's centre against the whole other side (two products of FRONTIER x size instead of
-    one of size x size). The frontiers and reaches are found first, in one ``_searched`` round of
-    ``_nearest_members``. Then the small sides, the reaches and the frontiers facing a component
-    of at most ``KERNEL_SIDE`` rows are searched in one ``_reach_best`` call (at n = 21,000 with
-    100 topics, components of about 210 rows, a BLAS search a component took 1.3x the joining
-    time); the other searches against one component, from all its pairs, as one BLAS job of a
-    second ``_searched`` round: the component is gathered (in blocks) once a part (on clear data,
-    100 topics, the 454 frontier searches of 227 pairs took 0.66 of the 0.91 s of
-    joining one by one).
+    one of size x size).
+
+    The frontiers and reaches are found first: in a component of at most ``KERNEL_SIDE`` rows by
+    ``_reach_best`` (the partner's centre against it), in a larger one by a ``_searched`` round
+    of ``_nearest_members``. Then the small sides, the reaches and the frontiers facing a
+    component of at most ``KERNEL_SIDE`` rows are searched in one ``_reach_best`` call; the other
+    searches against one component, from all its pairs, as one BLAS job of a second
+    ``_searched`` round, which gathers the component (in blocks) once a part (on clear data, 100
+    topics, the 454 frontier searches of 227 pairs took 0.66 of the 0.91 s of joining one by
+    one). At n = 20,001 with 100 topics (components of about 200 rows) the joining took 1.8x the
+    time with every frontier found and searched in BLAS rounds: a round's Python and threads
+    cost more than its products.
     """
     # Searches by the component searched against: (rows, pair, whether the rows are in its first component).
     searches: dict[int, list[tuple[np.ndarray, int, bool]]] = {}
@@ -416,29 +433,29 @@ def _pair_edges(x: np.ndarray, groups: list[np.ndarray], centres: np.ndarray, pa
         else:
             facing.setdefault(g, []).append((h, p))
             facing.setdefault(h, []).append((g, p))
-    # The frontiers, of both kinds, in one round of searches: a large component's members nearest
-    # each partner's centre.
+    # The frontiers and reaches: a large component's members nearest each partner's centre; in
+    # ``_reach_best`` for a component of at most KERNEL_SIDE rows, else in a round of BLAS searches.
+    kernel = [(g, h, p) for g, partners in facing.items() if groups[g].size <= KERNEL_SIDE for h, p in partners]
+    facing = {g: partners for g, partners in facing.items() if groups[g].size > KERNEL_SIDE}
     fronts = _searched(x, [(centres, np.array([h for h, _ in partners]), groups[g], FRONTIER) for g, partners in facing.items()]
                        + [(centres, np.array([h for h, _ in partners]), groups[g], REACH) for g, partners in reach.items()],
                        _nearest_members)
-    for (g, partners), (front,) in zip(facing.items(), fronts):
-        for i, (h, p) in enumerate(partners):
-            if groups[h].size <= KERNEL_SIDE:
-                sides.append((front[i], groups[h], p, g == pairs[p][0]))
-            else:
-                searches.setdefault(h, []).append((front[i], p, g == pairs[p][0]))
+    faced = [(g, h, p, front[i]) for (g, partners), (front,) in zip(facing.items(), fronts) for i, (h, p) in enumerate(partners)]
+    if kernel:
+        ids = _kernel_searched(centres, x, [(np.array([h]), groups[g]) for g, h, _ in kernel], FRONTIER)[2]
+        faced += [(g, h, p, front) for (g, h, p), front in zip(kernel, ids)]
+    for g, h, p, front in faced:
+        if groups[h].size <= KERNEL_SIDE:
+            sides.append((front, groups[h], p, g == pairs[p][0]))
+        else:
+            searches.setdefault(h, []).append((front, p, g == pairs[p][0]))
     for partners, (front,) in zip(reach.values(), fronts[len(facing):]):
         sides += [(groups[h], front[i], p, h == pairs[p][0]) for i, (h, p) in enumerate(partners)]
     best: dict[int, tuple[int, int, float]] = {}
     spare = [(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float32))]
     if sides:  # all at once
         sides.sort(key=lambda side: int(side[0][0]))  # a component's searches one after another, its rows in cache
-        rows = np.concatenate([side[0] for side in sides])
-        starts = np.cumsum([0] + [side[0].size for side in sides])
-        fronts_rows = np.concatenate([side[1] for side in sides])
-        fronts_starts = np.cumsum([0] + [side[1].size for side in sides])
-        shares = _shares(np.diff(starts) * np.diff(fronts_starts))
-        ids, sims = _reach_best(x, rows, starts, fronts_rows, fronts_starts, shares, max(per_row, 1))
+        rows, starts, ids, sims = _kernel_searched(x, x, [(rows, front) for rows, front, _, _ in sides], max(per_row, 1))
         if per_row:
             spare.append(_spare_edges(rows, ids, sims, per_row))
         for (_, _, p, first), top in zip(sides, _first_maxima(sims[:, 0], starts).tolist()):
