@@ -457,7 +457,7 @@ def _pair_edges(x: np.ndarray, groups: list[np.ndarray], centres: np.ndarray, pa
     faced = [(g, h, p, front[i]) for (g, partners), (front,) in zip(facing.items(), fronts) for i, (h, p) in enumerate(partners)]
     if kernel:
         ids = _kernel_searched(centres, x, [(np.array([h]), groups[g]) for g, h, _ in kernel], FRONTIER)[2]
-        faced += [(g, h, p, front) for (g, h, p), front in zip(kernel, ids)]
+        faced += [(g, h, p, front[front >= 0]) for (g, h, p), front in zip(kernel, ids)]
     for g, h, p, front in faced:
         if groups[h].size <= KERNEL_SIDE:
             sides.append((front, groups[h], p, g == pairs[p][0]))

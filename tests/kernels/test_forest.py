@@ -112,6 +112,25 @@ def test_the_frontier_join_of_large_components_finds_the_exact_best_edges(monkey
     assert frontier[2].sum() >= 0.999 * exact[2].sum()
 
 
+def test_frontiers_wider_than_their_components_take_them_whole(monkeypatch):
+    """A frontier asked for more rows than its component has is the whole component (no empty
+    entries searched): the join of large components through such frontiers has the joining
+    weight of the exhaustive join."""
+    import chunktree.kernels.forest as forest
+
+    x = blobs(1500, 24, 5, seed=23)
+    centres = x[[np.flatnonzero(np.argmax(x @ x[:5].T, axis=1) == t)[0] for t in range(5)]]
+    labels = np.argmax(x @ centres.T, axis=1)  # components of 166 to 398 rows
+    assert (np.bincount(labels) > forest.SMALL_SIDE).all() and (np.bincount(labels) <= forest.KERNEL_SIDE).all()
+    monkeypatch.setattr(forest, "FRONTIER", 4000)
+    monkeypatch.setattr(forest, "EXACT_PAIRS", 0)  # every pair through its frontiers
+    wide = join_components(x, labels, candidates=4)
+    monkeypatch.setattr(forest, "EXACT_PAIRS", 1 << 62)
+    exact = join_components(x, labels, candidates=4)
+    np.testing.assert_allclose(wide[2], np.sum(x[wide[0]] * x[wide[1]], axis=1), atol=1e-5)
+    np.testing.assert_allclose(wide[2].sum(), exact[2].sum(), rtol=1e-6)
+
+
 def test_small_components_joined_to_one_large_one_get_their_exact_best_edges(monkeypatch):
     """One large component paired with many small ones (fuzzy data's shape), every pair searched
     whole: the batched search gives the same joining edges as the best pair of the full
