@@ -6,7 +6,7 @@ hundreds of small components pair with one that holds most rows, the share of th
 the tree's weight against the exhaustive join's and, up to n = 50,000, the joining weight against
 the best joining tree's (every pair of components searched in full).
 
-    python -m pytest bench/bench_join.py                                  # n = 300,000; fuzzy 20k, 50k, 100k
+    python -m pytest bench/bench_join.py                                  # n = 300,000; fuzzy 20k, 30k, 50k, 100k
     CHUNKTREE_BENCH_JOIN_N=1000000 python -m pytest bench/bench_join.py  # about 8 minutes
 
 Goal (issues 13 and 29, reported, not asserted): joining <= 10% of the tree time at every size.

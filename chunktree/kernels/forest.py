@@ -317,12 +317,13 @@ def _reach_best(lefts, rows, starts, x, fronts, front_starts, shares, per):  # p
     """Each row's best ``per`` edges into its pair's front: the rows ``rows[starts[q]:starts[q +
     1]]`` of ``lefts`` against the rows ``fronts[front_starts[q]:front_starts[q + 1]]`` of ``x``,
     (ids, similarities) descending, equal similarities to the one earlier in the front; -1 / -inf
-    where the front has fewer than ``per`` rows. ``lefts`` and ``x`` are float32. The pairs ``shares[t]:shares[t + 1]`` make one
-    thread's share (``_shares``); each pair gathers its own rows, then takes them two at a time
-    against its front four rows at a time: eight sums in registers, each load serving two or
-    four products (one row at a time took 1.2-1.3x the time on the pairs of n = 30,000 and
-    40,000 with 1,000 and 1,500 topics; four at a time gained little more, and eight sums fit
-    AVX2's registers)."""
+    where the front has fewer than ``per`` rows. ``lefts`` and ``x`` are float32.
+
+    The pairs ``shares[t]:shares[t + 1]`` make one thread's share (``_shares``); each pair
+    gathers its own rows, then takes them two at a time against its front four rows at a time:
+    eight sums in registers, each load serving two or four products (one row at a time took
+    1.2-1.3x the time on the pairs of n = 30,000 and 40,000 with 1,000 and 1,500 topics; four at
+    a time gained little more, and eight sums fit AVX2's registers)."""
     d = lefts.shape[1]
     ids = np.full((rows.size, per), -1, np.int64)
     sims = np.full((rows.size, per), -np.inf, np.float32)
@@ -539,8 +540,8 @@ def join_components(x: np.ndarray, labels: np.ndarray, candidates: int = 2, per_
     ``candidates`` of the highest mean similarity to its members (``_partners``); the best edge
     of each pair is found by ``_pair_edges`` (over all member pairs for small pairs, through
     the rows facing the other component for large ones), and Kruskal over those edges merges
-    components. Every component gains an edge each
-    round, so the number of components at least halves per round.
+    components. Every component gains an edge each round, so the number of components at least
+    halves per round.
 
     The first edges returned (one fewer than the components) join the components into one tree.
     The spare edges after them are each searched row's best ``per_row`` edges into the component
@@ -585,10 +586,11 @@ def join_components(x: np.ndarray, labels: np.ndarray, candidates: int = 2, per_
 def load_kernels() -> None:
     """Load the join's compiled kernels (compiling them on the first use after an install or a
     change), so that a join timed after it times the join alone: a small join whose pairs take
-    every path (a small component whole against a small one and through its reach into one of
-    more than ``COLUMN_BLOCK`` rows, a pair of large ones through their frontiers, a pair
-    searched whole by BLAS), of writable vectors and of read-only ones (as ``order`` passes
-    vectors that were unit rows already; Numba compiles each kind apart)."""
+    every path (small components whole against each other and through their reaches into one
+    of more than ``COLUMN_BLOCK`` rows; a pair of large ones through their frontiers, found and
+    searched by ``_reach_best`` in the one of at most ``KERNEL_SIDE`` rows and by BLAS in the
+    other), of writable vectors and of read-only ones (as ``order`` passes vectors that were
+    unit rows already; Numba compiles each kind apart)."""
     x = np.random.default_rng(0).standard_normal((2540, 8)).astype(np.float32)
     x /= np.linalg.norm(x, axis=1, keepdims=True)
     labels = np.repeat(np.arange(4), [2300, 130, 100, 10])
