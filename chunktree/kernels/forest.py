@@ -533,8 +533,8 @@ def _partners(sums: np.ndarray, sizes: np.ndarray, candidates: int) -> list[tupl
 
 def join_components(x: np.ndarray, labels: np.ndarray, candidates: int = 2, per_row: int = 0
                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Edges (src, dst, weight) that join the components given by ``labels`` into one tree, then
-    ``per_row`` spare edges for each row searched.
+    """Edges (src, dst, weight) that join the components given by ``labels`` of the float32 unit
+    rows ``x`` into one tree, then ``per_row`` spare edges for each row searched.
 
     Each round, every component is paired with the component of the nearest centroid and the
     ``candidates`` of the highest mean similarity to its members (``_partners``); the best edge
