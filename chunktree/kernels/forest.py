@@ -468,26 +468,26 @@ def _pair_edges(x: np.ndarray, groups: list[np.ndarray], centres: np.ndarray, pa
         sides += [(groups[h], front[i], p, h == pairs[p][0]) for i, (h, p) in enumerate(partners)]
     best: dict[int, tuple[int, int, float]] = {}
     spare = [(np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float32))]
+
+    def take(rows: np.ndarray, starts: np.ndarray, ids: np.ndarray, sims: np.ndarray,
+             searched: list[tuple[int, bool]]) -> None:
+        """Keep the spare edges of searches (rows of search s at starts[s]:starts[s + 1]) and each
+        pair's best edge, ``searched`` giving each search's (pair, rows in its first component)."""
+        if per_row:
+            spare.append(_spare_edges(rows, ids, sims, per_row))
+        for (p, first), top in zip(searched, _first_maxima(sims[:, 0], starts).tolist()):
+            i, j, v = int(rows[top]), int(ids[top, 0]), float(sims[top, 0])
+            if p not in best or v > best[p][2]:
+                best[p] = (i, j, v) if first else (j, i, v)
+
     if sides:  # all at once
         sides.sort(key=lambda side: int(side[0][0]))  # a component's searches one after another, its rows in cache
         rows, starts, ids, sims = _kernel_searched(x, x, [(rows, front) for rows, front, _, _ in sides], max(per_row, 1))
-        if per_row:
-            spare.append(_spare_edges(rows, ids, sims, per_row))
-        for (_, _, p, first), top in zip(sides, _first_maxima(sims[:, 0], starts).tolist()):
-            i, j, v = int(rows[top]), int(ids[top, 0]), float(sims[top, 0])
-            if p not in best or v > best[p][2]:
-                best[p] = (i, j, v) if first else (j, i, v)
+        take(rows, starts, ids, sims, [(p, first) for _, _, p, first in sides])
     searched = {target: np.concatenate([r for r, _, _ in jobs]) for target, jobs in searches.items()}
     found = _searched(x, [(x, rows, groups[target], max(per_row, 1)) for target, rows in searched.items()])
     for (target, jobs), (ids, sims) in zip(searches.items(), found):
-        rows = searched[target]
-        if per_row:
-            spare.append(_spare_edges(rows, ids, sims, per_row))
-        starts = np.cumsum([0] + [r.size for r, _, _ in jobs])
-        for (_, p, first), top in zip(jobs, _first_maxima(sims[:, 0], starts).tolist()):
-            i, j, v = int(rows[top]), int(ids[top, 0]), float(sims[top, 0])
-            if p not in best or v > best[p][2]:
-                best[p] = (i, j, v) if first else (j, i, v)
+        take(searched[target], np.cumsum([0] + [r.size for r, _, _ in jobs]), ids, sims, [(p, first) for _, p, first in jobs])
     spare_edges = (np.concatenate([part[0] for part in spare]), np.concatenate([part[1] for part in spare]),
                    np.concatenate([part[2] for part in spare]))
     return [best[p] for p in range(len(pairs))], spare_edges
