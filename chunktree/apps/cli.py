@@ -250,11 +250,13 @@ def build_parser() -> argparse.ArgumentParser:
                                    "dialogues with 'utterances' and 'segments'): Pk, WindowDiff and boundary F1 under the "
                                    "SuperDialseg protocol against the threshold rule, random and even baselines; or a "
                                    "CoQA file: dialogues stitched from its stories (interleaved, with returns), with topic "
-                                   "assignment, boundaries, return accuracy and context against baselines. 95%% intervals "
-                                   "over dialogues.")
-    p.add_argument("data", type=Path, metavar="DATA.json")
-    p.add_argument("--dialogues", type=int, default=30, help="dialogues per length (default %(default)s)")
-    p.add_argument("--lengths", type=int, nargs="+", default=[20, 40, 80], help="turns per dialogue")
+                                   "assignment, boundaries, return accuracy and context against baselines; or a JSONL "
+                                   "file of chats with a 'topic' per turn (as train-track reads them): each chat as "
+                                   "written, the share of turns placed as labelled, boundaries and returns against the "
+                                   "threshold rule. 95%% intervals over dialogues.")
+    p.add_argument("data", type=Path, metavar="DATA")
+    p.add_argument("--dialogues", type=int, default=30, help="stitched dialogues per length (default %(default)s)")
+    p.add_argument("--lengths", type=int, nargs="+", default=[20, 40, 80], help="turns per stitched dialogue")
     p.add_argument("--seed", type=int, default=0, help="seed of the stitching (default %(default)s)")
     p.add_argument("--calibrate", action="store_true",
                    help="search the thresholds on the first half of the stories instead of evaluating")
@@ -724,7 +726,8 @@ def cmd_track(args: argparse.Namespace) -> int:
 
 
 def cmd_eval_track(args: argparse.Namespace) -> int:
-    from chunktree.track.evaluate import calibrate, evaluate, format_report
+    from chunktree.track.evaluate import calibrate, evaluate, evaluate_chats, format_chats, format_report
+    from chunktree.track.learned import load_labelled
     from chunktree.track.segmentation import evaluate_segmentation, format_segmentation, load_segmentation, sniff
 
     if sniff(args.data) == "segmentation":
@@ -734,6 +737,16 @@ def cmd_eval_track(args: argparse.Namespace) -> int:
         report = evaluate_segmentation(load_segmentation(args.data), _embedder(args), _open_cache(args),
                                        decider=args.decider, seed=args.seed, progress=_progress(args))
         print(format_segmentation(report))
+        if args.json:
+            args.json.write_text(dumps(report, indent=1), encoding="utf-8")
+        return 0
+    if args.data.suffix == ".jsonl":
+        if args.calibrate:
+            raise InvalidValueError("--calibrate searches the threshold rule on CoQA; for chats, fit a decider with "
+                                    "'chunktree train-track'")
+        report = evaluate_chats(load_labelled(args.data), embedder=_embedder(args), cache=_open_cache(args),
+                                decider=args.decider, seed=args.seed, progress=_progress(args))
+        print(format_chats(report))
         if args.json:
             args.json.write_text(dumps(report, indent=1), encoding="utf-8")
         return 0

@@ -197,15 +197,16 @@ def decide_learned(candidates: list[Candidate], current: int | None, path_recent
     the turn returns to the other tree that fits it best if that fit reaches ``return_similarity``,
     else it opens a new topic. A turn that announces a change of subject (``announced``) goes to
     another tree only if one reaches ``threshold``, else to a new topic; one that announces a
-    return goes to the most probable other tree.
+    return goes to the other tree it fits best (``Candidate.fit``), which names the right earlier
+    tree more often than the most probable one does (``bench/track_limits.py``).
     Inside the tree, as the threshold rule places it."""
     if current is None or not candidates:
         return Placement("new_topic", None, None, "first turn")
     others = [c for c in candidates if c.tree != current]
     if announce == "return" and others:
-        c = others[0]
-        return _inside(c, "switch", f"it announces a return; topic {c.tree} is the most likely earlier one "
-                                    f"(p {c.probability or 0.0:.2f})", False, current, path_recent, t)
+        c = max(others, key=lambda c: c.fit)
+        return _inside(c, "switch", f"it announces a return; topic {c.tree} is the earlier one it fits best "
+                                    f"({c.fit:.2f})", False, current, path_recent, t)
     pool = others if announce else candidates
     top = pool[0] if pool else None
     p = float(top.probability or 0.0) if top is not None else 0.0

@@ -17,6 +17,9 @@ Measured per dialogue, then averaged with 95% bootstrap intervals over dialogues
 - the context frontier: the same recall when every method gets the same budget, 25%, 50% and 75%
   of the full history's tokens (the last turns that fit; the most similar turns that fit; the
   forest's ``context(budget)``), and the forest's recall within the tokens of the last-N window.
+
+Labelled chats (``evaluate_chats``: a topic per turn, each chat run as written) get the same topic
+metrics and the share of turns placed as labelled, for the decider and the threshold rule.
 """
 
 from __future__ import annotations
@@ -202,8 +205,9 @@ def score_context(turns: list[Turn], contexts: list[dict[str, tuple[list[int], i
     return out
 
 
-def _embed_dialogues(dialogues: list[list[Turn]], embedder: Any, cache: EmbeddingCache | None,
-                     progress: bool) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+def embed_turns(dialogues: list[list[Turn]], embedder: Any, cache: EmbeddingCache | None,
+                progress: bool) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Each dialogue's user vectors, node vectors (user and assistant text together) and tokens per turn."""
     texts = [t for d in dialogues for turn in d for t in (turn.user, f"{turn.user}\n{turn.assistant}")]
     vectors, _ = embed_texts(texts, embedder, cache, progress=progress)
     counts = embedder.count_tokens([t for d in dialogues for turn in d for t in (turn.user, turn.assistant)])
@@ -240,7 +244,7 @@ def calibrate(path: str | Path, *, embedder: Any, cache: EmbeddingCache | None =
     stories = load_stories(path)
     half = stories[:len(stories) // 2]
     made = [stitch(half, length, seed * 1000 + i) for i in range(dialogues)]
-    embedded = _embed_dialogues(made, embedder, cache, progress)
+    embedded = embed_turns(made, embedder, cache, progress)
     grid = list(itertools.product((0.15, 0.2, 0.25, 0.3, 0.35), (0.0, 0.05, 0.1, 0.15, 0.2),
                                   (0.05, 0.1, 0.2, 0.3), (0, 1, 2)))
     results = []
@@ -275,13 +279,63 @@ def evaluate(path: str | Path, *, embedder: Any, cache: EmbeddingCache | None = 
     for length in lengths:
         made = [stitch(held_out, length, seed * 1000 + i) for i in range(dialogues)]
         rows = []
-        for turns, (u, v, c) in tracked(list(zip(made, _embed_dialogues(made, embedder, cache, progress))),
+        for turns, (u, v, c) in tracked(list(zip(made, embed_turns(made, embedder, cache, progress))),
                                         len(made), f"eval-track {length} turns", "dialogue", enabled=progress):
             trees, contexts = run_forest(turns, u, v, embedder, thresholds, decider, context_budgets(c))
             rows.append({**score_dialogue(turns, trees), **score_context(turns, contexts, u, c)})
         report["by_length"][length] = {
             key: bootstrap([r[key] for r in rows if not np.isnan(r[key])], seed=seed) for key in rows[0]}
     return report
+
+
+def placed_as_labelled(topics: list[Any], trees: list[int]) -> float:
+    """The share of turns placed as the labels say: the i-th tree the forest opens stands for the
+    i-th topic the labels name, and a turn counts when its tree stands for its topic."""
+    gold = {topic: i for i, topic in enumerate(dict.fromkeys(topics))}
+    made = {tree: i for i, tree in enumerate(dict.fromkeys(trees))}
+    return float(np.mean([gold[topic] == made[tree] for topic, tree in zip(topics, trees)]))
+
+
+def evaluate_chats(dialogues: list[Any], *, embedder: Any, cache: EmbeddingCache | None = None,
+                   decider: Any = None, seed: int = 0, progress: bool = False) -> dict[str, Any]:
+    """Chats with a topic per turn (``learned.LabelledDialogue``), each as written: for the forest
+    (``decider`` as ``Forest`` takes it) and the threshold rule, the share of turns placed as
+    labelled, topic assignment, boundaries, Pk, WindowDiff and return accuracy, averaged over
+    chats with 95% bootstrap intervals; and each chat's topics and the forest's trees, turn by turn."""
+    if not dialogues:
+        raise InvalidValueError("no chats to evaluate")
+    made = []
+    for d in dialogues:
+        ids = {topic: i for i, topic in enumerate(dict.fromkeys(t[2] for t in d.turns))}
+        made.append([Turn(user, assistant or "", ids[topic]) for user, assistant, topic in d.turns])
+    embedded = embed_turns(made, embedder, cache, progress)
+    rows: dict[str, list[dict[str, float]]] = {"forest": [], "thresholds": []}
+    chats = []
+    for d, turns, (u, v, _) in tracked(list(zip(dialogues, made, embedded)), len(made), "eval-track", "chat",
+                                       enabled=progress):
+        for name, chosen in (("forest", decider), ("thresholds", "thresholds")):
+            trees, _ = run_forest(turns, u, v, embedder, Thresholds(), chosen)
+            topics = [t.story for t in turns]
+            rows[name].append({"placed_as_labelled": placed_as_labelled(topics, trees), **score_dialogue(turns, trees)})
+            if name == "forest":
+                chats.append({"chat": d.id, "topics": topics, "trees": trees})
+    methods = {name: {key: bootstrap([r[key] for r in values if not np.isnan(r[key])], seed=seed)
+                      for key in values[0]} for name, values in rows.items()}
+    return {"chats": len(made), "turns": sum(len(t) for t in made), "methods": methods, "by_chat": chats}
+
+
+def format_chats(report: dict[str, Any]) -> str:
+    """The chat evaluation as a Markdown table, one row per method, then each chat's topics and trees."""
+    keys = ("placed_as_labelled", "boundary_f1", "return_accuracy", "assignment", "pk")
+    lines = [f"{report['chats']} chats, {report['turns']} turns", f"| method | {' | '.join(keys)} |",
+             "|---|" + "---|" * len(keys)]
+    for name, m in report["methods"].items():
+        cells = [f"{m[k]['mean']:.3f} [{m[k]['lo']:.3f}, {m[k]['hi']:.3f}]" if m[k]["n"] else "-" for k in keys]
+        lines.append(f"| {name} | {' | '.join(cells)} |")
+    lines.append("each chat, turn by turn (topics as labelled; the forest's trees):")
+    for chat in report["by_chat"]:
+        lines.append(f"  {chat['chat']}: topics {' '.join(map(str, chat['topics']))}; trees {' '.join(map(str, chat['trees']))}")
+    return "\n".join(lines)
 
 
 def format_report(report: dict[str, Any]) -> str:

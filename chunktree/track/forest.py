@@ -131,7 +131,7 @@ def read_dialogue(path: str | os.PathLike[str], *, topics: bool = False, file_id
             raise InvalidValueError(f"{path}:{line_no}: {exc}") from None
         topic = turn.get("topic")
         if topics and (not isinstance(topic, (str, int)) or isinstance(topic, bool)):
-            raise InvalidValueError(f"{path}:{line_no}: a turn needs a 'topic' (a string or an integer) to learn from")
+            raise InvalidValueError(f"{path}:{line_no}: a turn needs a 'topic' (a string or an integer)")
         conversations.setdefault(conversation, []).append(
             (turn["user"], assistant, None if topic is None else str(topic)))
     if not conversations:
@@ -472,11 +472,10 @@ class Forest:
         return candidates, tree_features(v, np.array(base, np.float32), is_current, np.array(means, np.float32),
                                          np.array(anchors, np.float32))
 
-    def features(self, v: np.ndarray, user: str) -> tuple[list[int], np.ndarray]:
-        """The shortlisted trees (ids) and the learned decider's features of the turn (vector ``v``,
-        text ``user``) against each, one row a tree."""
-        candidates, x = self._weigh(v, user, features=True)
-        return [c.tree for c in candidates], x
+    def features(self, v: np.ndarray, user: str) -> tuple[list[Candidate], np.ndarray]:
+        """How the turn (vector ``v``, text ``user``) fits each shortlisted tree, and the learned
+        decider's features of it against each, one row a tree."""
+        return self._weigh(v, user, features=True)
 
     def force(self, user: str, assistant: str | None, vector: np.ndarray, tree: int | None) -> Node:
         """Place a turn in ``tree`` at its anchor (None: a new tree), whatever a decider would say:

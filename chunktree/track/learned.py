@@ -248,9 +248,9 @@ def teacher_forced(dialogue: LabelledDialogue, user_vectors: np.ndarray, node_ve
     for i, (user, assistant, topic) in enumerate(dialogue.turns):
         gold = tree_of.get(topic)
         if forest.trees:
-            ids, x = forest.features(user_vectors[i], user)
+            candidates, x = forest.features(user_vectors[i], user)
             rows.append(x)
-            labels.append(np.array([tree == gold for tree in ids], np.float32))
+            labels.append(np.array([c.tree == gold for c in candidates], np.float32))
         tree_of[topic] = forest.force(user, assistant, node_vectors[i], gold).tree
     if not rows:
         return np.zeros((0, n_features(embedder.dim)), np.float32), np.zeros(0, np.float32)

@@ -20,6 +20,7 @@ from chunktree.track.learned import (
 )
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "dialogue.jsonl"
+CHATS = EXAMPLE.with_name("chats.jsonl")  # hand-written chats of four stretches with a return, topics labelled
 
 
 def test_the_shipped_decider_keeps_the_example_chat_in_its_four_stretches_and_resumes_bread(embedder):
@@ -121,6 +122,31 @@ def test_eval_track_reads_a_segmentation_file(tmp_path, capsys):
     assert report["methods"]["even"]["pk"]["mean"] == 0.0  # told two segments of three: exactly right
 
 
+def test_placed_as_labelled_pairs_the_trees_with_the_topics_in_order_of_appearance():
+    from chunktree.track.evaluate import placed_as_labelled
+
+    assert placed_as_labelled(["a", "a", "b", "a"], [7, 7, 3, 7]) == 1.0  # tree ids need not match topic names
+    assert placed_as_labelled(["a", "a", "b", "b"], [0, 0, 0, 1]) == 0.75  # b's first turn stayed in a's tree
+    # one tree opened too early shifts every later pairing: the 2nd tree stands for the 2nd topic
+    assert placed_as_labelled(["a", "a", "b", "b", "a"], [0, 1, 2, 2, 0]) == 0.4
+
+
+def test_eval_track_reads_labelled_chats(tmp_path, capsys):
+    out = tmp_path / "report.json"
+    assert main(["eval-track", str(CHATS), "--no-cache", "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert text.startswith("6 chats, 72 turns") and "| thresholds |" in text
+    report = json.loads(out.read_text())
+    assert [c["chat"] for c in report["by_chat"]] == ["bike", "garden", "travel", "car", "cat", "bread"]
+    assert all(c["topics"] == [0, 0, 0, 1, 1, 1, 2, 2, 2, 0, 0, 0] for c in report["by_chat"])
+    forest, thresholds = (report["methods"][m]["placed_as_labelled"]["mean"] for m in ("forest", "thresholds"))
+    assert forest > thresholds  # the shipped decider keeps the chats' topics far better than the baseline rule
+    bread = report["by_chat"][-1]
+    assert bread["trees"] == bread["topics"]
+    assert main(["eval-track", str(CHATS), "--calibrate"]) == 2
+    assert "--calibrate searches the threshold rule on CoQA" in capsys.readouterr().err
+
+
 def test_announced_changes_and_returns():
     from chunktree.track.decide import announced
 
@@ -145,6 +171,10 @@ def test_the_learned_rule_obeys_an_announcement():
     assert (back.action, back.tree, back.parent) == ("switch", 1, 2)
     likely = Candidate(1, 2, 0.5, 2, 0.5, probability=0.7)
     assert decide_learned([current, likely], 0, {5}, t, 0.5, 0.15, "switch").tree == 1
+    # an announced return goes to the earlier tree the turn fits best, whatever the model ranks first
+    probable, fitting = Candidate(1, 2, 0.05, 2, 0.05, probability=0.3), Candidate(2, 7, 0.45, 7, 0.45, probability=0.01)
+    back = decide_learned([current, probable, fitting], 0, {5}, t, 0.5, 0.15, "return")
+    assert (back.action, back.tree, back.parent) == ("switch", 2, 7)
 
 
 def test_turn_cues_and_topic_words():

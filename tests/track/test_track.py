@@ -327,8 +327,8 @@ def test_the_shortlist_weighs_the_best_fitting_trees_as_a_brute_force_scan_does(
         top = sorted(np.argsort(scan)[::-1][:SHORTLIST].tolist() + [n_topics - 1])
         assert [c.tree for c in candidates] == sorted(set(top))
         assert all(abs(c.best_similarity - scan[c.tree]) < 1e-5 for c in candidates)
-    ids, x = f.features(v, "a question")
-    assert len(ids) == len(candidates) and x.shape[0] == len(ids)
+    shortlisted, x = f.features(v, "a question")
+    assert shortlisted == candidates and x.shape[0] == len(candidates)
 
 
 TOPICS = {"sourdough": ["How long should sourdough rise?", "Which flour gives the best crust?",

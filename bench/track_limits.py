@@ -1,0 +1,146 @@
+"""What the topic decider can and cannot tell from a turn's text: stitched question sets, turn by
+turn, and hand-written chats.
+
+    python bench/track_limits.py   # needs ../shared/data (CoQA, SQuAD-Shifts)
+
+On 30 dialogues of 40 turns stitched from the second half of the CoQA stories and of the
+SQuAD-Shifts articles (``chunktree eval-track``'s), with the shipped decider:
+
+1. The turns' text, by kind: a turn that continues its story, opens a new one or returns to an
+   earlier one. Its content words, the share with at most one, and the share that shares a
+   content word with the earlier turns (questions and answers) of its own story.
+2. The ceiling of the decider's evidence. Every turn is placed where its label says (teacher
+   forcing), so the forest is always right so far. A turn is judged a topic change when the
+   most probable tree is not the current one, or no tree reaches t. Boundary F1 is taken at the
+   decider's threshold and at the best t. It is set against the boundary F1 of the forest deciding
+   on its own.
+3. At returns with two or more earlier trees: how often the story's own tree is the most probable
+   earlier tree, and how often it is the earlier tree the turn fits best (``Candidate.fit``).
+
+4. ``examples/chats.jsonl``: hand-written chats of four stretches with a return, topics labelled;
+   the shipped decider against the threshold rule (``evaluate.evaluate_chats``).
+
+Writes ``bench/results/track_limits.json``.
+"""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+from record import title, write
+
+from chunktree import Embedder
+from chunktree.engine.cache import EmbeddingCache
+from chunktree.track.decide import Thresholds, content_words, topic_words
+from chunktree.track.evaluate import (
+    embed_turns,
+    evaluate_chats,
+    format_chats,
+    load_stories,
+    run_forest,
+    score_dialogue,
+    stitch,
+)
+from chunktree.track.forest import Forest
+from chunktree.track.learned import default_decider, load_labelled
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+SETS = {"coqa": DATA / "coqa_test.json", "squad": DATA / "squad_shifts_new_wiki_v1.0.json"}
+CHATS = ROOT / "examples" / "chats.jsonl"
+DIALOGUES, LENGTH = 30, 40
+GRID = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
+
+
+def kind(turns: list, i: int) -> str:
+    story = turns[i].story
+    if story == turns[i - 1].story:
+        return "continues"
+    return "returns" if any(t.story == story for t in turns[:i]) else "opens"
+
+
+def text_of_turns(dialogues: list[list]) -> dict[str, dict[str, float]]:
+    rows: dict[str, list[tuple[int, bool, bool]]] = {"continues": [], "opens": [], "returns": []}
+    for turns in dialogues:
+        for i in range(1, len(turns)):
+            words = topic_words(turns[i].user)
+            own = set().union(*(topic_words(f"{t.user} {t.assistant}") for t in turns[:i] if t.story == turns[i].story))
+            rows[kind(turns, i)].append((len(words), content_words(turns[i].user) <= 1, bool(words & own)))
+    return {k: {"turns": len(v), "content_words": float(np.mean([r[0] for r in v])),
+                "at_most_one_content_word": float(np.mean([r[1] for r in v])),
+                "shares_a_word_with_its_story": float(np.mean([r[2] for r in v]))} for k, v in rows.items()}
+
+
+def teacher_forced(dialogues: list[list], embedded: list, embedder: Embedder, decider) -> dict[str, object]:
+    """Per turn after the first: gold change, whether the most probable tree is the current one and
+    its probability; at returns with 2+ earlier trees, whether the most probable and the best-fitting
+    earlier tree are the story's own."""
+    changes, stays, best_p, by_p, by_fit = [], [], [], [], []
+    for turns, (u, v, _) in zip(dialogues, embedded):
+        forest, tree_of = Forest(embedder, decider=decider), {}
+        for i, turn in enumerate(turns):
+            gold = tree_of.get(turn.story)
+            if forest.trees:
+                candidates, x = forest.features(u[i], turn.user)
+                p = decider.probabilities(x)
+                current = forest.nodes[forest.current].tree
+                top = int(np.argmax(p))
+                changes.append(turn.story != turns[i - 1].story)
+                stays.append(candidates[top].tree == current)
+                best_p.append(float(p[top]))
+                earlier = [(c, q) for c, q in zip(candidates, p) if c.tree != current]
+                if kind(turns, i) == "returns" and len(earlier) > 1:
+                    by_p.append(max(earlier, key=lambda e: e[1])[0].tree == gold)
+                    by_fit.append(max(earlier, key=lambda e: e[0].fit)[0].tree == gold)
+            tree_of[turn.story] = forest.force(turn.user, turn.assistant, v[i], gold).tree
+    gold_b, stay, p = np.array(changes), np.array(stays), np.array(best_p)
+    f1 = {}
+    for t in GRID:
+        pred = ~stay | (p < t)
+        tp = int((gold_b & pred).sum())
+        precision, recall = tp / max(1, pred.sum()), tp / max(1, gold_b.sum())
+        f1[t] = 2 * precision * recall / (precision + recall) if precision + recall else 0.0
+    return {"boundary_f1_by_threshold": f1, "returns_with_two_or_more_earlier_trees": len(by_p),
+            "own_tree_is_most_probable": float(np.mean(by_p)), "own_tree_fits_best": float(np.mean(by_fit))}
+
+
+def main() -> int:
+    for path in (*SETS.values(), CHATS):
+        if not path.is_file():
+            print(f"{path} not found", file=sys.stderr)
+            return 1
+    embedder, cache, decider = Embedder(), EmbeddingCache(), default_decider()
+    results, lines = {}, []
+    for name, path in SETS.items():
+        stories = load_stories(path)
+        held_out = stories[len(stories) // 2:]
+        dialogues = [stitch(held_out, LENGTH, i) for i in range(DIALOGUES)]
+        embedded = embed_turns(dialogues, embedder, cache, False)
+        text = text_of_turns(dialogues)
+        forced = teacher_forced(dialogues, embedded, embedder, decider)
+        online = [score_dialogue(turns, run_forest(turns, u, v, embedder, Thresholds(), decider)[0])
+                  for turns, (u, v, _) in zip(dialogues, embedded)]
+        on_own = float(np.mean([m["boundary_f1"] for m in online]))
+        results[name] = {"text": text, "teacher_forced": forced, "boundary_f1_deciding_alone": on_own}
+        f1 = forced["boundary_f1_by_threshold"]
+        best = max(f1, key=f1.get)
+        lines += [f"{path.name}, {DIALOGUES} dialogues of {LENGTH} turns from the second half:",
+                  "| turn | turns | content words | at most one | shares a word with its story |", "|---|---|---|---|---|",
+                  *(f"| {k} | {r['turns']} | {r['content_words']:.2f} | {r['at_most_one_content_word']:.2f} | "
+                    f"{r['shares_a_word_with_its_story']:.2f} |" for k, r in text.items()),
+                  f"boundary F1 with every earlier turn placed as labelled: {f1[decider.threshold]:.3f} at the "
+                  f"decider's threshold {decider.threshold}, {f1[best]:.3f} at the best ({best}); deciding on its own: "
+                  f"{on_own:.3f}",
+                  f"returns with two or more earlier trees ({forced['returns_with_two_or_more_earlier_trees']}): the "
+                  f"story's own tree is the most probable earlier one {forced['own_tree_is_most_probable']:.3f}, the "
+                  f"best-fitting earlier one {forced['own_tree_fits_best']:.3f}"]
+    chats = evaluate_chats(load_labelled(CHATS), embedder=embedder, cache=cache)
+    results["chats"] = chats
+    lines += [f"{CHATS.relative_to(ROOT)}:", *format_chats(chats).splitlines()]
+    print("\n".join(lines))
+    write("track_limits", title(__doc__, "track_limits"), "python bench/track_limits.py", lines, results)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
