@@ -71,7 +71,7 @@ def text_of_turns(dialogues: list[list]) -> dict[str, dict[str, float]]:
                 "shares_a_word_with_its_story": float(np.mean([r[2] for r in v]))} for k, v in rows.items()}
 
 
-def teacher_forced(dialogues: list[list], embedded: list, embedder: Embedder, decider) -> dict[str, object]:
+def forced_ceiling(dialogues: list[list], embedded: list, embedder: Embedder, decider) -> dict[str, object]:
     """Per turn after the first: gold change, whether the most probable tree is the current one and
     its probability; at returns with 2+ earlier trees, whether the most probable and the best-fitting
     earlier tree are the story's own."""
@@ -117,7 +117,7 @@ def main() -> int:
         dialogues = [stitch(held_out, LENGTH, i) for i in range(DIALOGUES)]
         embedded = embed_turns(dialogues, embedder, cache, False)
         text = text_of_turns(dialogues)
-        forced = teacher_forced(dialogues, embedded, embedder, decider)
+        forced = forced_ceiling(dialogues, embedded, embedder, decider)
         online = [score_dialogue(turns, run_forest(turns, u, v, embedder, Thresholds(), decider)[0])
                   for turns, (u, v, _) in zip(dialogues, embedded)]
         on_own = float(np.mean([m["boundary_f1"] for m in online]))

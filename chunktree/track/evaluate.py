@@ -27,7 +27,7 @@ from __future__ import annotations
 import itertools
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -38,6 +38,9 @@ from chunktree.engine.evaluate.stats import bootstrap
 from chunktree.progress import tracked
 from chunktree.track.decide import Thresholds
 from chunktree.track.forest import Forest
+
+if TYPE_CHECKING:
+    from chunktree.track.learned import LabelledDialogue
 
 LENGTHS = (20, 40, 80)
 BASELINE_TURNS = 8  # the last-N and top-k baselines keep this many earlier turns
@@ -296,9 +299,9 @@ def placed_as_labelled(topics: list[Any], trees: list[int]) -> float:
     return float(np.mean([gold[topic] == made[tree] for topic, tree in zip(topics, trees)]))
 
 
-def evaluate_chats(dialogues: list[Any], *, embedder: Any, cache: EmbeddingCache | None = None,
+def evaluate_chats(dialogues: list[LabelledDialogue], *, embedder: Any, cache: EmbeddingCache | None = None,
                    decider: Any = None, seed: int = 0, progress: bool = False) -> dict[str, Any]:
-    """Chats with a topic per turn (``learned.LabelledDialogue``), each as written: for the forest
+    """Chats with a topic per turn, each as written: for the forest
     (``decider`` as ``Forest`` takes it) and the threshold rule, the share of turns placed as
     labelled, topic assignment, boundaries, Pk, WindowDiff and return accuracy, averaged over
     chats with 95% bootstrap intervals; and each chat's topics and the forest's trees, turn by turn."""
@@ -313,9 +316,9 @@ def evaluate_chats(dialogues: list[Any], *, embedder: Any, cache: EmbeddingCache
     chats = []
     for d, turns, (u, v, _) in tracked(list(zip(dialogues, made, embedded)), len(made), "eval-track", "chat",
                                        enabled=progress):
+        topics = [t.story for t in turns]
         for name, chosen in (("forest", decider), ("thresholds", "thresholds")):
             trees, _ = run_forest(turns, u, v, embedder, Thresholds(), chosen)
-            topics = [t.story for t in turns]
             rows[name].append({"placed_as_labelled": placed_as_labelled(topics, trees), **score_dialogue(turns, trees)})
             if name == "forest":
                 chats.append({"chat": d.id, "topics": topics, "trees": trees})

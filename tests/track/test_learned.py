@@ -140,7 +140,7 @@ def test_eval_track_reads_labelled_chats(tmp_path, capsys):
     assert [c["chat"] for c in report["by_chat"]] == ["bike", "garden", "travel", "car", "cat", "bread"]
     assert all(c["topics"] == [0, 0, 0, 1, 1, 1, 2, 2, 2, 0, 0, 0] for c in report["by_chat"])
     forest, thresholds = (report["methods"][m]["placed_as_labelled"]["mean"] for m in ("forest", "thresholds"))
-    assert forest > thresholds  # the shipped decider keeps the chats' topics far better than the baseline rule
+    assert forest > thresholds  # the shipped decider keeps the chats' topics better than the baseline rule
     bread = report["by_chat"][-1]
     assert bread["trees"] == bread["topics"]
     assert main(["eval-track", str(CHATS), "--calibrate"]) == 2
