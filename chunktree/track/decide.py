@@ -72,13 +72,14 @@ _SWITCH = re.compile(r"^\W*(?:switching (?:gears|topics?|subjects?)|chang(?:e|in
                      r"|(?:a |an )?(?:different|new|unrelated|separate|other|another) (?:question|topic|subject)"
                      r"|unrelated|on (?:a |an )?(?:different|other|another|unrelated|separate) (?:note|topic|subject)"
                      r"|on another note|by the way|btw|something (?:else|different)|off[- ]topic|moving on)\b", re.I)
-_BACK = re.compile(r"^\W*(?:(?:going|coming|getting|let'?s go|let me go) )?back to\b|^\W*returning to\b", re.I)
+_BACK = re.compile(r"^\W*(?:(?:going|coming|getting|let'?s go|let me go) )?back to\b|^\W*returning to\b"
+                   r"|^\W*(?:about|regarding|as for) [^.?!:;]{1,60}?\bagain\b", re.I)
 
 
 def announced(text: str) -> str | None:
-    """"return" when the turn says it goes back to an earlier subject ("Back to the bread: ..."),
-    "switch" when it announces a change of subject ("Switching gears: ...", "Different question:
-    ..."), else None."""
+    """"return" when the turn says it goes back to an earlier subject ("Back to the bread: ...",
+    "About the car again: ..."), "switch" when it announces a change of subject ("Switching gears:
+    ...", "Different question: ..."), else None."""
     if _BACK.search(text):
         return "return"
     return "switch" if _SWITCH.search(text) else None

@@ -155,6 +155,9 @@ def test_announced_changes_and_returns():
     assert announced("By the way, which flour is best?") == "switch"
     assert announced("Back to the bread: how long should it proof?") == "return"
     assert announced("Going back to my bike, what chain do I need?") == "return"
+    assert announced("About the car again: the garage says the battery is old.") == "return"
+    assert announced("About volcanoes: how do they form?") is None  # a subject, not a return to one
+    assert announced("Tell me about it again.") is None
     assert announced("How do I go back to an older commit?") is None  # not at the start: a question about "back"
     assert announced("What is the difference between a pod and a node?") is None
 
