@@ -72,9 +72,10 @@ def text_of_turns(dialogues: list[list]) -> dict[str, dict[str, float]]:
 
 
 def forced_ceiling(dialogues: list[list], embedded: list, embedder: Embedder, decider) -> dict[str, object]:
-    """Per turn after the first: gold change, whether the most probable tree is the current one and
-    its probability; at returns with 2+ earlier trees, whether the most probable and the best-fitting
-    earlier tree are the story's own."""
+    """Every turn placed as its label says (teacher forcing). The boundary F1 for each t of ``GRID``
+    and the decider's threshold, a turn counting as a topic change where the most probable tree is
+    not the current one or no tree reaches t; and at returns with two or more earlier trees, how
+    often the most probable and the best-fitting earlier tree are the story's own."""
     changes, stays, best_p, by_p, by_fit = [], [], [], [], []
     for turns, (u, v, _) in zip(dialogues, embedded):
         forest, tree_of = Forest(embedder, decider=decider), {}
@@ -95,7 +96,7 @@ def forced_ceiling(dialogues: list[list], embedded: list, embedder: Embedder, de
             tree_of[turn.story] = forest.force(turn.user, turn.assistant, v[i], gold).tree
     gold_b, stay, p = np.array(changes), np.array(stays), np.array(best_p)
     f1 = {}
-    for t in GRID:
+    for t in sorted({*GRID, decider.threshold}):
         pred = ~stay | (p < t)
         tp = int((gold_b & pred).sum())
         precision, recall = tp / max(1, pred.sum()), tp / max(1, gold_b.sum())
