@@ -291,6 +291,12 @@ def evaluate(path: str | Path, *, embedder: Any, cache: EmbeddingCache | None = 
     return report
 
 
+def labelled_turns(dialogue: LabelledDialogue) -> list[Turn]:
+    """A labelled dialogue's turns, each topic numbered (``Turn.story``) in order of first appearance."""
+    ids = {topic: i for i, topic in enumerate(dict.fromkeys(t[2] for t in dialogue.turns))}
+    return [Turn(user, assistant or "", ids[topic]) for user, assistant, topic in dialogue.turns]
+
+
 def placed_as_labelled(topics: list[Any], trees: list[int]) -> float:
     """The share of turns placed as the labels say: the i-th tree the forest opens stands for the
     i-th topic the labels name, and a turn counts when its tree stands for its topic."""
@@ -307,10 +313,7 @@ def evaluate_chats(dialogues: list[LabelledDialogue], *, embedder: Any, cache: E
     chats with 95% bootstrap intervals; and each chat's topics and the forest's trees, turn by turn."""
     if not dialogues:
         raise InvalidValueError("no chats to evaluate")
-    made = []
-    for d in dialogues:
-        ids = {topic: i for i, topic in enumerate(dict.fromkeys(t[2] for t in d.turns))}
-        made.append([Turn(user, assistant or "", ids[topic]) for user, assistant, topic in d.turns])
+    made = [labelled_turns(d) for d in dialogues]
     embedded = embed_turns(made, embedder, cache, progress)
     rows: dict[str, list[dict[str, float]]] = {"forest": [], "thresholds": []}
     chats = []

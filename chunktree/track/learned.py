@@ -292,7 +292,7 @@ def choose_return_similarity(decider: LearnedDecider, dialogues: list[LabelledDi
     """The ``RETURN_GRID`` value (or None) with the best mean of boundary F1 and return accuracy on
     the dialogues that have returns, and every value's scores."""
     from chunktree.track.decide import Thresholds
-    from chunktree.track.evaluate import Turn, run_forest, score_dialogue
+    from chunktree.track.evaluate import labelled_turns, run_forest, score_dialogue
 
     chosen = [(d, v) for d, v in zip(dialogues, vectors) if has_returns(d)]
     if not chosen:
@@ -302,8 +302,7 @@ def choose_return_similarity(decider: LearnedDecider, dialogues: list[LabelledDi
         candidate = dataclasses.replace(decider, return_similarity=value)
         f1, acc = [], []
         for d, (u, nv) in chosen:
-            ids = {topic: i for i, topic in enumerate(dict.fromkeys(t[2] for t in d.turns))}
-            turns = [Turn(user, assistant or "", ids[topic]) for user, assistant, topic in d.turns]
+            turns = labelled_turns(d)
             trees, _ = run_forest(turns, u, nv, embedder, Thresholds(), decider=candidate)
             m = score_dialogue(turns, trees)
             f1.append(m["boundary_f1"])
