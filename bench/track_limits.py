@@ -19,6 +19,10 @@ SQuAD-Shifts articles (``chunktree eval-track``'s), with the shipped decider:
 
 4. ``examples/chats.jsonl``: hand-written chats of four stretches with a return, topics labelled;
    the shipped decider against the threshold rule (``evaluate.evaluate_chats``).
+5. The answer as evidence: two deciders fitted on ``bench/train_track_decider.py``'s training
+   split with its settings, one on the questions (as shipped) and one on each question and its
+   answer as one text; each decides the stitched dialogues above on what it was fitted on.
+   Boundary F1 and return accuracy of both (the fits take a few minutes).
 
 Writes ``bench/results/track_limits.json``.
 """
@@ -28,11 +32,13 @@ from pathlib import Path
 
 import numpy as np
 from record import title, write
+from train_track_decider import training_data
 
 from chunktree import Embedder
 from chunktree.engine.cache import EmbeddingCache
 from chunktree.track.decide import Thresholds, content_words, topic_words
 from chunktree.track.evaluate import (
+    Turn,
     embed_turns,
     evaluate_chats,
     format_chats,
@@ -42,7 +48,15 @@ from chunktree.track.evaluate import (
     stitch,
 )
 from chunktree.track.forest import Forest
-from chunktree.track.learned import default_decider, load_labelled
+from chunktree.track.learned import (
+    DEFAULT_HIDDEN,
+    DEFAULT_L2,
+    DEFAULT_THRESHOLD,
+    LabelledDialogue,
+    default_decider,
+    fit,
+    load_labelled,
+)
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
@@ -105,17 +119,45 @@ def forced_ceiling(dialogues: list[list], embedded: list, embedder: Embedder, de
             "own_tree_is_most_probable": float(np.mean(by_p)), "own_tree_fits_best": float(np.mean(by_fit))}
 
 
+def with_answers(turns: list[Turn]) -> list[Turn]:
+    """The turns with each question and its answer as the user's text, and no reply."""
+    return [Turn(f"{t.user}\n{t.assistant}" if t.assistant else t.user, "", t.story) for t in turns]
+
+
+def scores(dialogues: list[list[Turn]], embedder: Embedder, cache: EmbeddingCache, decider) -> dict[str, float]:
+    """Mean boundary F1 and return accuracy of the forest deciding on its own."""
+    online = [score_dialogue(turns, run_forest(turns, u, v, embedder, Thresholds(), decider)[0])
+              for turns, (u, v, _) in zip(dialogues, embed_turns(dialogues, embedder, cache, False))]
+    return {"boundary_f1": float(np.mean([m["boundary_f1"] for m in online])),
+            "return_accuracy": float(np.nanmean([m["return_accuracy"] for m in online]))}
+
+
+def answer_as_evidence(held_out: dict[str, list[list[Turn]]], embedder: Embedder, cache: EmbeddingCache
+                       ) -> dict[str, dict[str, dict[str, float]]]:
+    """Section 5: by set, the scores of the decider fitted on questions and of the one fitted on
+    question and answer together, each deciding on what it was fitted on."""
+    train, _, _ = training_data()
+    merged = [LabelledDialogue(d.id, [(f"{u}\n{a}" if a else u, None, topic) for u, a, topic in d.turns], d.source)
+              for d in train]
+    settings = {"hidden": DEFAULT_HIDDEN, "l2": DEFAULT_L2, "threshold": DEFAULT_THRESHOLD}
+    on_questions = fit(train, embedder, cache, **settings)
+    on_answers = fit(merged, embedder, cache, **settings)
+    return {name: {"question": scores(dialogues, embedder, cache, on_questions),
+                   "question_and_answer": scores([with_answers(t) for t in dialogues], embedder, cache, on_answers)}
+            for name, dialogues in held_out.items()}
+
+
 def main() -> int:
     for path in (*SETS.values(), CHATS):
         if not path.is_file():
             print(f"{path} not found", file=sys.stderr)
             return 1
     embedder, cache, decider = Embedder(), EmbeddingCache(), default_decider()
-    results, lines = {}, []
+    results, lines, held = {}, [], {}
     for name, path in SETS.items():
         stories = load_stories(path)
         held_out = stories[len(stories) // 2:]
-        dialogues = [stitch(held_out, LENGTH, i) for i in range(DIALOGUES)]
+        dialogues = held[name] = [stitch(held_out, LENGTH, i) for i in range(DIALOGUES)]
         embedded = embed_turns(dialogues, embedder, cache, False)
         text = text_of_turns(dialogues)
         forced = forced_ceiling(dialogues, embedded, embedder, decider)
@@ -138,6 +180,11 @@ def main() -> int:
     chats = evaluate_chats(load_labelled(CHATS), embedder=embedder, cache=cache)
     results["chats"] = chats
     lines += [f"{CHATS.relative_to(ROOT)}:", *format_chats(chats).splitlines()]
+    results["answer_as_evidence"] = answers = answer_as_evidence(held, embedder, cache)
+    lines += ["Deciders fitted on the training split of bench/train_track_decider.py, deciding the stitched "
+              "dialogues above:", "| set | decides on | boundary F1 | return accuracy |", "|---|---|---|---|",
+              *(f"| {name} | {on.replace('_', ' ')} | {m['boundary_f1']:.3f} | {m['return_accuracy']:.3f} |"
+                for name, by in answers.items() for on, m in by.items())]
     print("\n".join(lines))
     write("track_limits", title(__doc__, "track_limits"), "python bench/track_limits.py", lines, results)
     return 0

@@ -28,7 +28,14 @@ from record import title, write
 from chunktree import Embedder
 from chunktree.engine.cache import EmbeddingCache
 from chunktree.track.evaluate import evaluate
-from chunktree.track.learned import DEFAULT_HIDDEN, DEFAULT_L2, DEFAULT_THRESHOLD, fit, load_labelled
+from chunktree.track.learned import (
+    DEFAULT_HIDDEN,
+    DEFAULT_L2,
+    DEFAULT_THRESHOLD,
+    LabelledDialogue,
+    fit,
+    load_labelled,
+)
 from chunktree.track.segmentation import SegmentedDialogue, evaluate_segmentation, format_segmentation, load_segmentation
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -40,7 +47,8 @@ TARGET = Path(__file__).resolve().parents[1] / "chunktree" / "data" / "track_dec
 VALIDATION_SHARE = 0.3
 
 
-def split(path: Path, labelled: list, segmented: list[SegmentedDialogue]) -> tuple[list, list[SegmentedDialogue]]:
+def split(path: Path, labelled: list[LabelledDialogue], segmented: list[SegmentedDialogue]
+          ) -> tuple[list[LabelledDialogue], list[SegmentedDialogue]]:
     """(training dialogues, validation dialogues) of one file."""
     if path == TIAGE:
         sets = [d["set"] for d in json.loads(path.read_text())]
@@ -49,13 +57,11 @@ def split(path: Path, labelled: list, segmented: list[SegmentedDialogue]) -> tup
     return labelled[:cut], segmented[cut:]
 
 
-def main() -> int:
-    for path in (DIALSEG, TIAGE, COQA, SQUAD):
-        if not path.is_file():
-            print(f"{path} not found", file=sys.stderr)
-            return 1
-    embedder, cache = Embedder(), EmbeddingCache()
-    train, validation, everything = [], {}, []
+def training_data() -> tuple[list[LabelledDialogue], dict[str, list[SegmentedDialogue]], list[LabelledDialogue]]:
+    """(the training split, the validation split of DialSeg711 and TIAGE by file stem, all of it)."""
+    train: list[LabelledDialogue] = []
+    validation: dict[str, list[SegmentedDialogue]] = {}
+    everything: list[LabelledDialogue] = []
     for path in (DIALSEG, TIAGE):
         labelled = load_labelled(path)
         part, held = split(path, labelled, load_segmentation(path))
@@ -63,8 +69,16 @@ def main() -> int:
         validation[path.stem] = held
         everything += labelled
     stitched = load_labelled(COQA) + load_labelled(SQUAD)
-    train += stitched
-    everything += stitched
+    return train + stitched, validation, everything + stitched
+
+
+def main() -> int:
+    for path in (DIALSEG, TIAGE, COQA, SQUAD):
+        if not path.is_file():
+            print(f"{path} not found", file=sys.stderr)
+            return 1
+    embedder, cache = Embedder(), EmbeddingCache()
+    train, validation, everything = training_data()
     settings = {"hidden": DEFAULT_HIDDEN, "l2": DEFAULT_L2, "threshold": DEFAULT_THRESHOLD}
     decider = fit(train, embedder, cache, progress=True, **settings)
     results, lines = {"settings": settings, "train_dialogues": len(train), "validation": {}}, []
