@@ -161,9 +161,7 @@ def main() -> int:
         embedded = embed_turns(dialogues, embedder, cache, False)
         text = text_of_turns(dialogues)
         forced = forced_ceiling(dialogues, embedded, embedder, decider)
-        online = [score_dialogue(turns, run_forest(turns, u, v, embedder, Thresholds(), decider)[0])
-                  for turns, (u, v, _) in zip(dialogues, embedded)]
-        on_own = float(np.mean([m["boundary_f1"] for m in online]))
+        on_own = scores(dialogues, embedder, cache, decider)["boundary_f1"]
         results[name] = {"text": text, "teacher_forced": forced, "boundary_f1_deciding_alone": on_own}
         f1 = forced["boundary_f1_by_threshold"]
         best = max(f1, key=f1.get)
