@@ -62,6 +62,16 @@ def physical_cores() -> int:
         return max(1, (os.cpu_count() or 2) // 2)
 
 
+def has_amx() -> bool:
+    """Whether the CPU has AMX bf16 tiles (Linux: the ``amx_bf16`` flag of ``/proc/cpuinfo``;
+    elsewhere False)."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            return any(line.startswith("flags") and "amx_bf16" in line.split() for line in f)
+    except OSError:
+        return False
+
+
 def openvino_core() -> tuple[Any, str | None]:
     """OpenVINO's ``Core``, or None and the reason it cannot load on this machine."""
     try:
@@ -121,12 +131,20 @@ def choose(backend: str = "auto", precision: str = "auto") -> Choice:
     return Choice("openvino", precision, f"asked for {precision}" + ("" if backend == "openvino" else ", on OpenVINO"))
 
 
+# bf16 passes on AMX run faster when the sequence length is a multiple of this (an AMX tile holds
+# 16 rows); the fp32 paths run slower padded. bench/bench_batching.py measures auto with and
+# without the padding ("auto-unpadded").
+AMX_PAD_MULTIPLE = 16
+
+
 class Session(Protocol):
     """A loaded graph: ``run`` maps (input_ids, attention_mask), int64 (batch, seq), to the
-    float32 (batch, dim) sentence embeddings; ``metadata`` is the file's ``metadata_props``."""
+    float32 (batch, dim) sentence embeddings; ``metadata`` is the file's ``metadata_props``;
+    ``pad_multiple``: the sequence length ``run`` is fastest at a multiple of."""
 
     metadata: dict[str, str]
     threads: int
+    pad_multiple: int
 
     def run(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray: ...
 
@@ -142,6 +160,7 @@ class OnnxRuntimeSession:
         self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self.metadata: dict[str, str] = dict(self._session.get_modelmeta().custom_metadata_map)
         self.threads: int = self._session.get_session_options().intra_op_num_threads
+        self.pad_multiple = 1
 
     def run(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
         (vectors,) = self._session.run(["sentence_embedding"], {"input_ids": input_ids, "attention_mask": attention_mask})
@@ -161,6 +180,7 @@ class OpenVINOSession:
                   "PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": threads}
         self._compiled = core.compile_model(model, "CPU", config)
         self.threads = int(self._compiled.get_property("INFERENCE_NUM_THREADS"))
+        self.pad_multiple = AMX_PAD_MULTIPLE if precision == "bf16" and has_amx() else 1
         self._requests = threading.local()  # an infer request serves one thread at a time
 
     def run(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:

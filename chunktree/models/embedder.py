@@ -190,10 +190,11 @@ class Embedder:
                 windows.append(w.ids)
                 owner.append(i)
         lengths = np.fromiter((len(w) for w in windows), dtype=np.int64, count=len(windows))
+        widths = self.pass_widths(lengths)
         vectors = np.empty((len(windows), self.dim), dtype=np.float32)
-        batches = token_batches(lengths, batch_size, batch_tokens)
+        batches = token_batches(widths, batch_size, batch_tokens)
         for idx in tracked(batches, len(batches), "embed", "batch", enabled=progress):
-            vectors[idx] = self._run([windows[j] for j in idx], int(lengths[idx].max()))
+            vectors[idx] = self._run([windows[j] for j in idx], int(widths[idx].max()))
 
         owner_arr = np.asarray(owner, dtype=np.int64)
         weights = np.maximum(lengths - self.special_tokens, 1).astype(np.float32)
@@ -201,6 +202,13 @@ class Embedder:
         norms = np.linalg.norm(out, axis=1, keepdims=True)
         out /= np.maximum(norms, 1e-12)
         return out
+
+    def pass_widths(self, lengths: np.ndarray) -> np.ndarray:
+        """Each window's width in a forward pass: its token count, padded up to a multiple of the
+        session's ``pad_multiple`` (at most the window). The padding is masked out: it changes the
+        speed, not the vectors."""
+        m = self._session.pad_multiple
+        return np.minimum(-(-lengths // m) * m, self.window)
 
     def _run(self, ids: list[list[int]], width: int) -> np.ndarray:
         input_ids = np.full((len(ids), width), self._pad_id, dtype=np.int64)

@@ -145,3 +145,21 @@ def test_token_batches_pack_sorted_windows_up_to_the_budget(lengths, batch_size,
         if i + 1 < len(batches):  # greedy: the next window would have broken a limit
             nxt = lengths[batches[i + 1][0]]
             assert len(b) == batch_size or (len(b) + 1) * max(width, nxt) > batch_tokens
+
+
+def test_passes_are_padded_to_the_sessions_multiple_and_the_vectors_do_not_change():
+    e = Embedder(backend="onnxruntime")
+    texts = ["a ship", "whale " * 150, "sea " * 249, "the grey whale rose beside the ship at dawn"]
+    plain = e.embed(texts)
+    widths, run = [], e._session.run
+
+    def recording(input_ids, attention_mask):
+        widths.append(input_ids.shape[1])
+        return run(input_ids, attention_mask)
+
+    e._session.run = recording
+    e._session.pad_multiple = 100  # the window (256) is not a multiple: the longest pass stops at it
+    padded = e.embed(texts, batch_size=1)
+    lengths = [len(x.ids) for x in e._window_tokenizer.encode_batch(texts)]
+    assert sorted(widths) == sorted(min(-(-n // 100) * 100, e.window) for n in lengths) == [100, 100, 200, 256]
+    assert np.sum(padded * plain, axis=1).min() >= BATCH_INVARIANCE["onnxruntime", "fp32"]
