@@ -17,8 +17,8 @@ from chunktree.models.embedder import DEFAULT_BATCH_SIZE, DEFAULT_BATCH_TOKENS, 
 
 THREADS = 2
 BUDGETS = (512, 1024, 2048, 4096, 8192)
-# "auto-unpadded": auto with every pass at its longest window's width, where auto pads to a
-# multiple of the session's pad_multiple (16 for bf16 on AMX, else 1).
+# "auto-unpadded": auto with every pass at its longest window's width, where auto pads windows of
+# the session's pad_from tokens or more to a multiple of its pad_multiple (bf16 on AMX: 32 and 16).
 BACKENDS = ("auto", "auto-unpadded", "onnxruntime")
 N_CHUNKS, N_SENTENCES = 240, 600
 
@@ -56,8 +56,8 @@ def test_budget(benchmark, results, embedder, texts, kind, budget, request):
     key = f"{request.node.callspec.params['embedder']}_{kind}_{budget}"
     results["batching"][key] = {"per_s": len(texts[kind]) / median, "padding_efficiency": float(lengths.sum() / padded),
                                 "passes": len(batches),
-                                "path": f"{embedder.backend} {embedder.precision}, passes padded to a multiple of "
-                                        f"{embedder._session.pad_multiple}",
+                                "path": f"{embedder.backend} {embedder.precision}, windows of {embedder._session.pad_from}+ "
+                                        f"tokens padded to a multiple of {embedder._session.pad_multiple}",
                                 "texts": len(texts[kind]), "mean_tokens": float(lengths.mean())}
 
 

@@ -131,20 +131,24 @@ def choose(backend: str = "auto", precision: str = "auto") -> Choice:
     return Choice("openvino", precision, f"asked for {precision}" + ("" if backend == "openvino" else ", on OpenVINO"))
 
 
-# bf16 passes on AMX run faster when the sequence length is a multiple of this (an AMX tile holds
-# 16 rows); the fp32 paths run slower padded. bench/bench_batching.py measures auto with and
-# without the padding ("auto-unpadded").
+# bf16 passes on AMX run faster when the sequence length is a multiple of AMX_PAD_MULTIPLE (an
+# AMX tile holds 16 rows) for windows of AMX_PAD_FROM tokens or more; a short sentence alone ran
+# slower padded, and so do the fp32 paths. bench/bench_batching.py measures auto with and without
+# the padding ("auto-unpadded").
 AMX_PAD_MULTIPLE = 16
+AMX_PAD_FROM = 32
 
 
 class Session(Protocol):
     """A loaded graph: ``run`` maps (input_ids, attention_mask), int64 (batch, seq), to the
     float32 (batch, dim) sentence embeddings; ``metadata`` is the file's ``metadata_props``;
-    ``pad_multiple``: the sequence length ``run`` is fastest at a multiple of."""
+    ``run`` is fastest with windows of ``pad_from`` tokens or more padded to a multiple of
+    ``pad_multiple``."""
 
     metadata: dict[str, str]
     threads: int
     pad_multiple: int
+    pad_from: int
 
     def run(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray: ...
 
@@ -160,7 +164,7 @@ class OnnxRuntimeSession:
         self._session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
         self.metadata: dict[str, str] = dict(self._session.get_modelmeta().custom_metadata_map)
         self.threads: int = self._session.get_session_options().intra_op_num_threads
-        self.pad_multiple = 1
+        self.pad_multiple, self.pad_from = 1, 0
 
     def run(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
         (vectors,) = self._session.run(["sentence_embedding"], {"input_ids": input_ids, "attention_mask": attention_mask})
@@ -180,7 +184,8 @@ class OpenVINOSession:
                   "PERFORMANCE_HINT": "LATENCY", "INFERENCE_NUM_THREADS": threads}
         self._compiled = core.compile_model(model, "CPU", config)
         self.threads = int(self._compiled.get_property("INFERENCE_NUM_THREADS"))
-        self.pad_multiple = AMX_PAD_MULTIPLE if precision == "bf16" and has_amx() else 1
+        amx = precision == "bf16" and has_amx()
+        self.pad_multiple, self.pad_from = (AMX_PAD_MULTIPLE, AMX_PAD_FROM) if amx else (1, 0)
         self._requests = threading.local()  # an infer request serves one thread at a time
 
     def run(self, input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:

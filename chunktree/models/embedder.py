@@ -205,10 +205,10 @@ class Embedder:
 
     def pass_widths(self, lengths: np.ndarray) -> np.ndarray:
         """Each window's width in a forward pass: its token count, padded up to a multiple of the
-        session's ``pad_multiple`` (at most the window). The padding is masked out: it changes the
-        speed, not the vectors."""
+        session's ``pad_multiple`` (at most the window) from ``pad_from`` tokens on. The padding is
+        masked out: it changes the speed, not the vectors."""
         m = self._session.pad_multiple
-        return np.minimum(-(-lengths // m) * m, self.window)
+        return np.where(lengths >= self._session.pad_from, np.minimum(-(-lengths // m) * m, self.window), lengths)
 
     def _run(self, ids: list[list[int]], width: int) -> np.ndarray:
         input_ids = np.full((len(ids), width), self._pad_id, dtype=np.int64)
