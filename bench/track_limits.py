@@ -119,32 +119,38 @@ def forced_ceiling(dialogues: list[list], embedded: list, embedder: Embedder, de
             "own_tree_is_most_probable": float(np.mean(by_p)), "own_tree_fits_best": float(np.mean(by_fit))}
 
 
-def with_answers(turns: list[Turn]) -> list[Turn]:
-    """The turns with each question and its answer as the user's text, and no reply."""
-    return [Turn(f"{t.user}\n{t.assistant}" if t.assistant else t.user, "", t.story) for t in turns]
+def with_answer(user: str, assistant: str | None) -> str:
+    """A question and its answer as one text."""
+    return f"{user}\n{assistant}" if assistant else user
 
 
-def scores(dialogues: list[list[Turn]], embedder: Embedder, cache: EmbeddingCache, decider) -> dict[str, float]:
-    """Mean boundary F1 and return accuracy of the forest deciding on its own."""
+def scores(dialogues: list[list[Turn]], embedded: list, embedder: Embedder, decider) -> dict[str, float]:
+    """Mean boundary F1 and return accuracy of the forest deciding on its own (``embedded``: the
+    dialogues' ``embed_turns``)."""
     online = [score_dialogue(turns, run_forest(turns, u, v, embedder, Thresholds(), decider)[0])
-              for turns, (u, v, _) in zip(dialogues, embed_turns(dialogues, embedder, cache, False))]
+              for turns, (u, v, _) in zip(dialogues, embedded)]
     return {"boundary_f1": float(np.mean([m["boundary_f1"] for m in online])),
             "return_accuracy": float(np.nanmean([m["return_accuracy"] for m in online]))}
 
 
-def answer_as_evidence(held_out: dict[str, list[list[Turn]]], embedder: Embedder, cache: EmbeddingCache
-                       ) -> dict[str, dict[str, dict[str, float]]]:
-    """Section 5: by set, the scores of the decider fitted on questions and of the one fitted on
-    question and answer together, each deciding on what it was fitted on."""
+def answer_as_evidence(held_out: dict[str, tuple[list[list[Turn]], list]], embedder: Embedder,
+                       cache: EmbeddingCache) -> dict[str, dict[str, dict[str, float]]]:
+    """Section 5: by set (its dialogues and their ``embed_turns``), the scores of the decider
+    fitted on questions and of the one fitted on question and answer together, each deciding on
+    what it was fitted on."""
     train, _, _ = training_data()
-    merged = [LabelledDialogue(d.id, [(f"{u}\n{a}" if a else u, None, topic) for u, a, topic in d.turns], d.source)
+    merged = [LabelledDialogue(d.id, [(with_answer(u, a), None, topic) for u, a, topic in d.turns], d.source)
               for d in train]
     settings = {"hidden": DEFAULT_HIDDEN, "l2": DEFAULT_L2, "threshold": DEFAULT_THRESHOLD}
     on_questions = fit(train, embedder, cache, **settings)
     on_answers = fit(merged, embedder, cache, **settings)
-    return {name: {"question": scores(dialogues, embedder, cache, on_questions),
-                   "question_and_answer": scores([with_answers(t) for t in dialogues], embedder, cache, on_answers)}
-            for name, dialogues in held_out.items()}
+    out = {}
+    for name, (dialogues, embedded) in held_out.items():
+        answered = [[Turn(with_answer(t.user, t.assistant), "", t.story) for t in turns] for turns in dialogues]
+        out[name] = {"question": scores(dialogues, embedded, embedder, on_questions),
+                     "question_and_answer": scores(answered, embed_turns(answered, embedder, cache, False), embedder,
+                                                   on_answers)}
+    return out
 
 
 def main() -> int:
@@ -157,11 +163,12 @@ def main() -> int:
     for name, path in SETS.items():
         stories = load_stories(path)
         held_out = stories[len(stories) // 2:]
-        dialogues = held[name] = [stitch(held_out, LENGTH, i) for i in range(DIALOGUES)]
+        dialogues = [stitch(held_out, LENGTH, i) for i in range(DIALOGUES)]
         embedded = embed_turns(dialogues, embedder, cache, False)
+        held[name] = (dialogues, embedded)
         text = text_of_turns(dialogues)
         forced = forced_ceiling(dialogues, embedded, embedder, decider)
-        on_own = scores(dialogues, embedder, cache, decider)["boundary_f1"]
+        on_own = scores(dialogues, embedded, embedder, decider)["boundary_f1"]
         results[name] = {"text": text, "teacher_forced": forced, "boundary_f1_deciding_alone": on_own}
         f1 = forced["boundary_f1_by_threshold"]
         best = max(f1, key=f1.get)

@@ -730,39 +730,34 @@ def cmd_eval_track(args: argparse.Namespace) -> int:
     from chunktree.track.learned import load_labelled
     from chunktree.track.segmentation import evaluate_segmentation, format_segmentation, load_segmentation, sniff
 
-    if sniff(args.data) == "segmentation":
-        if args.calibrate:
-            raise InvalidValueError("--calibrate searches the threshold rule on CoQA; for a segmentation file, fit a "
-                                    "decider with 'chunktree train-track'")
-        report = evaluate_segmentation(load_segmentation(args.data), _embedder(args), _open_cache(args),
+    segmentation, chats = sniff(args.data) == "segmentation", args.data.suffix == ".jsonl"
+    if args.calibrate and (segmentation or chats):
+        raise InvalidValueError(f"--calibrate searches the threshold rule on CoQA; for "
+                                f"{'a segmentation file' if segmentation else 'chats'}, fit a decider with "
+                                "'chunktree train-track'")
+    if segmentation:
+        result = evaluate_segmentation(load_segmentation(args.data), _embedder(args), _open_cache(args),
                                        decider=args.decider, seed=args.seed, progress=_progress(args))
-        print(format_segmentation(report))
-        if args.json:
-            args.json.write_text(dumps(report, indent=1), encoding="utf-8")
-        return 0
-    if args.data.suffix == ".jsonl":
-        if args.calibrate:
-            raise InvalidValueError("--calibrate searches the threshold rule on CoQA; for chats, fit a decider with "
-                                    "'chunktree train-track'")
-        report = evaluate_chats(load_labelled(args.data), embedder=_embedder(args), cache=_open_cache(args),
+        print(format_segmentation(result))
+    elif chats:
+        result = evaluate_chats(load_labelled(args.data), embedder=_embedder(args), cache=_open_cache(args),
                                 decider=args.decider, seed=args.seed, progress=_progress(args))
-        print(format_chats(report))
-        if args.json:
-            args.json.write_text(dumps(report, indent=1), encoding="utf-8")
-        return 0
-    if args.dialogues < 1:
-        raise InvalidValueError(f"--dialogues must be >= 1; got {args.dialogues}")
-    if any(n < 2 for n in args.lengths):
-        raise InvalidValueError(f"--lengths must all be >= 2; got {args.lengths}")
-    if args.calibrate:
-        result = calibrate(args.data, embedder=_embedder(args), cache=_open_cache(args), dialogues=args.dialogues,
-                           length=args.lengths[0], seed=args.seed, progress=_progress(args))
-        for row in result["top"]:
-            print(dumps(row))
+        print(format_chats(result))
     else:
-        result = evaluate(args.data, embedder=_embedder(args), cache=_open_cache(args), dialogues=args.dialogues,
-                          lengths=tuple(args.lengths), seed=args.seed, progress=_progress(args), decider=args.decider)
-        print(format_report(result))
+        if args.dialogues < 1:
+            raise InvalidValueError(f"--dialogues must be >= 1; got {args.dialogues}")
+        if any(n < 2 for n in args.lengths):
+            raise InvalidValueError(f"--lengths must all be >= 2; got {args.lengths}")
+        if args.calibrate:
+            result = calibrate(args.data, embedder=_embedder(args), cache=_open_cache(args), dialogues=args.dialogues,
+                               length=args.lengths[0], seed=args.seed, progress=_progress(args))
+            for row in result["top"]:
+                print(dumps(row))
+        else:
+            result = evaluate(args.data, embedder=_embedder(args), cache=_open_cache(args), dialogues=args.dialogues,
+                              lengths=tuple(args.lengths), seed=args.seed, progress=_progress(args),
+                              decider=args.decider)
+            print(format_report(result))
     if args.json:
         args.json.write_text(dumps(result, indent=1), encoding="utf-8")
     return 0
