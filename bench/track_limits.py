@@ -36,27 +36,12 @@ from train_track_decider import training_data
 
 from chunktree import Embedder
 from chunktree.engine.cache import EmbeddingCache
+from chunktree.track.data import LabelledDialogue, Turn, load_labelled, load_stories, stitch
 from chunktree.track.decide import Thresholds, content_words, topic_words
-from chunktree.track.evaluate import (
-    Turn,
-    embed_turns,
-    evaluate_chats,
-    format_chats,
-    load_stories,
-    run_forest,
-    score_dialogue,
-    stitch,
-)
+from chunktree.track.evaluate import embed_turns, evaluate_chats, format_chats, run_forest, score_dialogue
 from chunktree.track.forest import Forest
-from chunktree.track.learned import (
-    DEFAULT_HIDDEN,
-    DEFAULT_L2,
-    DEFAULT_THRESHOLD,
-    LabelledDialogue,
-    default_decider,
-    fit,
-    load_labelled,
-)
+from chunktree.track.learned import DEFAULT_THRESHOLD, default_decider
+from chunktree.track.train import DEFAULT_HIDDEN, DEFAULT_L2, fit
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"

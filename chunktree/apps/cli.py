@@ -28,7 +28,8 @@ from chunktree.engine.scale import DEFAULT_SIZES
 from chunktree.models.backends import BACKENDS, PRECISIONS
 from chunktree.models.embedder import DEFAULT_BATCH_SIZE, DEFAULT_BATCH_TOKENS
 from chunktree.models.registry import DEFAULT_MODEL, MODELS
-from chunktree.track.learned import DEFAULT_HIDDEN, DEFAULT_L2, DEFAULT_THRESHOLD, MIN_NETWORK_PAIRS
+from chunktree.track.learned import DEFAULT_THRESHOLD
+from chunktree.track.train import DEFAULT_HIDDEN, DEFAULT_L2, MIN_NETWORK_PAIRS
 
 
 def _add_corpus_args(p: argparse.ArgumentParser, model_flag: str = "--model") -> None:
@@ -726,8 +727,8 @@ def cmd_track(args: argparse.Namespace) -> int:
 
 
 def cmd_eval_track(args: argparse.Namespace) -> int:
+    from chunktree.track.data import load_labelled
     from chunktree.track.evaluate import calibrate, evaluate, evaluate_chats, format_chats, format_report
-    from chunktree.track.learned import load_labelled
     from chunktree.track.segmentation import evaluate_segmentation, format_segmentation, load_segmentation, sniff
 
     segmentation, chats = sniff(args.data) == "segmentation", args.data.suffix == ".jsonl"
@@ -764,7 +765,8 @@ def cmd_eval_track(args: argparse.Namespace) -> int:
 
 
 def cmd_train_track(args: argparse.Namespace) -> int:
-    from chunktree.track.learned import fit, load_labelled
+    from chunktree.track.data import load_labelled
+    from chunktree.track.train import fit
 
     _check_output_folder(args.output)
     dialogues = [d for path in args.files for d in load_labelled(path)]  # every file read before any work

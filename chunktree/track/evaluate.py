@@ -25,84 +25,23 @@ metrics and the share of turns placed as labelled, for the decider and the thres
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from chunktree.checks import InvalidValueError, integer, json_loads
+from chunktree.checks import InvalidValueError, integer
 from chunktree.engine.cache import EmbeddingCache
 from chunktree.engine.embedding import embed_texts
 from chunktree.engine.evaluate.stats import bootstrap
 from chunktree.progress import tracked
+from chunktree.track.data import LabelledDialogue, Turn, labelled_turns, load_stories, stitch
 from chunktree.track.decide import Thresholds
 from chunktree.track.forest import Forest
-
-if TYPE_CHECKING:
-    from chunktree.track.learned import LabelledDialogue
 
 LENGTHS = (20, 40, 80)
 BASELINE_TURNS = 8  # the last-N and top-k baselines keep this many earlier turns
 FRACTIONS = (0.25, 0.5, 0.75)  # the context frontier's budgets, shares of the full history's tokens
-
-
-@dataclass(frozen=True)
-class Turn:
-    user: str
-    assistant: str
-    story: int
-
-
-def load_stories(path: str | Path) -> list[list[tuple[str, str]]]:
-    """Each story's (question, answer) turns, in the file's order, from a CoQA file (a story: a
-    source text and its conversation) or a SQuAD file (a story: an article, its paragraphs'
-    questions in order, each with its first answer). Stories of fewer than two questions are left
-    out."""
-    path = Path(path)
-    try:
-        data = json_loads(path.read_text(encoding="utf-8"))["data"]
-        stories = []
-        for record in data:
-            if "paragraphs" in record:
-                stories.append([(qa["question"], qa["answers"][0]["text"] if qa.get("answers") else "")
-                                for paragraph in record["paragraphs"] for qa in paragraph["qas"]])
-            else:
-                answers = {a["turn_id"]: a["input_text"] for a in record["answers"]}
-                stories.append([(q["input_text"], answers.get(q["turn_id"]) or "") for q in record["questions"]])
-        if not all(isinstance(x, str) for story in stories for turn in story for x in turn):
-            raise TypeError("a question or answer is not a string")
-    except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
-        raise InvalidValueError(f"{path}: not a CoQA or SQuAD JSON file ({type(exc).__name__}: {exc})") from None
-    stories = [s for s in stories if len(s) >= 2]
-    if len(stories) < 4:
-        raise InvalidValueError(f"{path}: {len(stories)} stories of two or more questions; stitching needs at least 4")
-    return stories
-
-
-def stitch(stories: list[list[tuple[str, str]]], length: int, seed: int, p_return: float = 0.4) -> list[Turn]:
-    """A dialogue of ``length`` turns: stretches of 2-6 turns, each from a new story or (with
-    ``p_return``) a return to an unfinished earlier one, never the same story twice in a row."""
-    rng = np.random.default_rng(seed)
-    order = rng.permutation(len(stories)).tolist()
-    cursor: dict[int, int] = {}
-    turns: list[Turn] = []
-    current = None
-    while len(turns) < length:
-        open_ = [s for s, c in cursor.items() if c < len(stories[s]) and s != current]
-        if open_ and rng.random() < p_return:
-            story = open_[int(rng.integers(len(open_)))]
-        else:
-            if not order:
-                break
-            story = order.pop()
-        stretch = int(rng.integers(2, 7))
-        start = cursor.get(story, 0)
-        for q, a in stories[story][start:start + stretch]:
-            turns.append(Turn(q, a, story))
-        cursor[story] = min(len(stories[story]), start + stretch)
-        current = story
-    return turns[:length]
 
 
 def _segmentation_errors(gold: np.ndarray, pred: np.ndarray, k: int) -> tuple[float, float]:
@@ -289,12 +228,6 @@ def evaluate(path: str | Path, *, embedder: Any, cache: EmbeddingCache | None = 
         report["by_length"][length] = {
             key: bootstrap([r[key] for r in rows if not np.isnan(r[key])], seed=seed) for key in rows[0]}
     return report
-
-
-def labelled_turns(dialogue: LabelledDialogue) -> list[Turn]:
-    """A labelled dialogue's turns, each topic numbered (``Turn.story``) in order of first appearance."""
-    ids = {topic: i for i, topic in enumerate(dict.fromkeys(t[2] for t in dialogue.turns))}
-    return [Turn(user, assistant or "", ids[topic]) for user, assistant, topic in dialogue.turns]
 
 
 def placed_as_labelled(topics: list[Any], trees: list[int]) -> float:

@@ -9,15 +9,9 @@ import pytest
 
 from chunktree.apps.cli import main
 from chunktree.track import Forest
-from chunktree.track.learned import (
-    DeciderFileError,
-    LearnedDecider,
-    default_decider,
-    fit_network,
-    fit_weights,
-    load_labelled,
-    n_features,
-)
+from chunktree.track.data import load_labelled
+from chunktree.track.learned import DeciderFileError, LearnedDecider, default_decider, n_features
+from chunktree.track.train import fit_network, fit_weights
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "dialogue.jsonl"
 CHATS = EXAMPLE.with_name("chats.jsonl")  # hand-written chats of four stretches with a return, topics labelled

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 
 from chunktree.track import Forest, ForestFileError, Thresholds
+from chunktree.track.data import Turn, stitch
 from chunktree.track.decide import content_words
-from chunktree.track.evaluate import Turn, _segmentation_errors, score_dialogue, stitch
+from chunktree.track.evaluate import _segmentation_errors, score_dialogue
 
 WHALES = [("Why did Captain Ahab hunt the white whale Moby Dick across the oceans?", "Revenge for his lost leg."),
           ("How did the harpooners on the Pequod throw their harpoons at sperm whales?", "From the whaleboats."),
@@ -353,7 +354,7 @@ def squad_file(path):
 
 def test_squad_and_coqa_files_give_stories(tmp_path):
     from chunktree.checks import InvalidValueError
-    from chunktree.track.evaluate import load_stories
+    from chunktree.track.data import load_stories
 
     stories = load_stories(squad_file(tmp_path / "squad.json"))
     assert len(stories) == 10 and stories[0][0] == ("How long should sourdough rise?", "an answer")

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from chunktree.apps.serve import routes
+import chunktree.apps.serve.routes as routes
 from chunktree.apps.serve.http import HTTPError, Limits, read_json
 from chunktree.apps.serve.service import Service
 from chunktree.checks import InvalidValueError, require
