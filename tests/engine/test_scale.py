@@ -95,7 +95,7 @@ def test_scale_command_writes_the_report_and_plots_and_stops_at_the_budget(tmp_p
     assert "scale: n=3,200 left out" in r.stderr
     for row in doc["sizes"]:
         assert 0.9 <= row["recall"] <= 1.0 and 0.99 <= row["weight_ratio"] <= 1.0
-        assert row["peak_rss_mb"] > row["base_rss_mb"] > 0
+        assert row["peak_rss_mb"] >= row["base_rss_mb"] > 0  # at n=800 the work can fit in pages already held
         assert sum(row["stages"].values()) <= row["order_s"]
     report = (out / "report.md").read_text()
     assert "| 1,600 |" in report and "stopped: n=3,200" in report
