@@ -717,6 +717,8 @@ def cmd_track(args: argparse.Namespace) -> int:
             if context is not None:
                 print(f"context for the next turn: {context.tokens} tokens, {len(context.turns)} turns verbatim"
                       f"{', cut to the budget' if context.cut else ''}")
+                for node, why in zip(context.turns, context.why):
+                    print(f"  #{node}: {why}")
                 for m in context.messages:
                     print(f"  {m['role']}: {_snippet(m['content'], 160)}")
         out[name] = {"decisions": decisions, "forest": {k: v for k, v in forest.to_dict().items() if k != "vectors"},

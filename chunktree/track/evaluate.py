@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from scipy.optimize import linear_sum_assignment
 
 from chunktree.checks import InvalidValueError, integer
 from chunktree.engine.cache import EmbeddingCache
@@ -54,13 +55,25 @@ def _segmentation_errors(gold: np.ndarray, pred: np.ndarray, k: int) -> tuple[fl
     return float(np.mean((gk > 0) != (pk > 0))), float(np.mean(gk != pk))
 
 
+def assignment(stories: np.ndarray, trees: np.ndarray) -> float:
+    """The share of turns whose tree is their topic's tree, each topic matched to at most one tree
+    and each tree to at most one topic so that the most turns match (the Hungarian method): a
+    topic split over two trees, or two topics sharing one, loses the turns of all but one."""
+    topic_ids, t = np.unique(stories, return_inverse=True)
+    tree_ids, r = np.unique(trees, return_inverse=True)
+    counts = np.zeros((len(topic_ids), len(tree_ids)), np.int64)
+    np.add.at(counts, (t, r), 1)
+    rows, cols = linear_sum_assignment(-counts)
+    return float(counts[rows, cols].sum() / len(stories))
+
+
 def score_dialogue(turns: list[Turn], trees: list[int]) -> dict[str, float]:
-    """The topic metrics of one dialogue: assignment, boundaries, Pk and WindowDiff, returns."""
+    """The topic metrics of one dialogue: assignment (``assignment``), trees per topic,
+    boundaries, Pk and WindowDiff, returns."""
     stories = np.array([t.story for t in turns])
     pred = np.array(trees)
-    out: dict[str, float] = {}
-    mapping = {tr: np.bincount(stories[pred == tr]).argmax() for tr in set(trees)}
-    out["assignment"] = float(np.mean([mapping[tr] == s for tr, s in zip(trees, stories)]))
+    out: dict[str, float] = {"assignment": assignment(stories, pred),
+                             "trees_per_topic": float(np.mean([len(set(pred[stories == s])) for s in set(stories)]))}
     gold_b = np.r_[0, stories[1:] != stories[:-1]].astype(int)
     pred_b = np.r_[0, pred[1:] != pred[:-1]].astype(int)
     tp = int((gold_b & pred_b).sum())
@@ -96,7 +109,8 @@ def _fill(order: list[int], tokens: np.ndarray, budget: int, contiguous: bool) -
 
 def context_budgets(tokens: np.ndarray) -> Any:
     """``budgets(i)``: the named token budgets of the context after turn i (``run_forest``): the
-    full context (None), each of ``FRACTIONS`` of the full history, the last-N window's tokens."""
+    full context (None), each of ``FRACTIONS`` of the full history (``"25"``, ``"50"``,
+    ``"75"``), the last-N window's tokens (``"last_n"``)."""
     full = np.cumsum(tokens)
 
     def budgets(i: int) -> dict[str, int | None]:
@@ -106,11 +120,36 @@ def context_budgets(tokens: np.ndarray) -> Any:
     return budgets
 
 
+FRONTIER_BUDGETS = (*(f"{round(100 * f)}" for f in FRACTIONS), "last_n")
+FRONTIER_METHODS = ("forest", "top_k", "top_k_neighbours", "last_n")
+
+
+def with_neighbours(order: list[int], last: int) -> list[int]:
+    """``order`` with each turn followed at once by the turns just before and after it (those not
+    yet in it, within 0..``last``): top-k retrieval that also brings each hit's neighbours."""
+    out: list[int] = []
+    seen: set[int] = set()
+    for j in order:
+        for k in (j, j - 1, j + 1):
+            if 0 <= k <= last and k not in seen:
+                seen.add(k)
+                out.append(k)
+    return out
+
+
 def score_context(turns: list[Turn], contexts: list[dict[str, tuple[list[int], int]]], vectors: np.ndarray,
                   tokens: np.ndarray) -> dict[str, float]:
-    """The context metrics of one dialogue. ``contexts[i]``: the forest's context after turn i at
-    each budget of ``context_budgets`` (turn indices held verbatim, tokens); ``tokens[i]``: turn
-    i's tokens (user and assistant)."""
+    """The context metrics of one dialogue, after each turn that has earlier turns of its topic:
+    the share of those the context holds verbatim (recall) and its tokens against the full
+    history's. ``contexts[i]``: the forest's context after turn i at each budget of
+    ``context_budgets`` (turn indices held verbatim, tokens); ``vectors``: the user texts'
+    vectors, what top-k retrieval ranks by; ``tokens[i]``: turn i's tokens (user and assistant).
+
+    Without a budget: the forest's context, the last ``BASELINE_TURNS`` turns, the top
+    ``BASELINE_TURNS`` by similarity, the full history. At each ``FRONTIER_BUDGETS`` budget
+    (``{method}_at_{budget}``): the forest, top-k (the most similar turns that fit), top-k with
+    neighbours (each hit followed by the turns beside it) and last-N (the newest turns that fit);
+    and the forest's recall minus each baseline's (``forest_minus_{method}_at_{budget}``)."""
     stories = np.array([t.story for t in turns])
     full = np.cumsum(tokens)
     rows: dict[str, list[tuple[float, float]]] = {}
@@ -121,19 +160,19 @@ def score_context(turns: list[Turn], contexts: list[dict[str, tuple[list[int], i
             continue
         newest = list(range(i, -1, -1))
         similar = [i, *np.argsort(-(vectors[:i] @ vectors[i]), kind="stable").tolist()]
+        neighbours = with_neighbours(similar, i)
         held: dict[str, tuple[set[int], int | None]] = {
             "forest": (set(contexts[i]["full"][0]), contexts[i]["full"][1]),
             "last_n": (set(newest[:BASELINE_TURNS + 1]), None),
             "top_k": (set(similar[:BASELINE_TURNS + 1]), None),
             "full": (set(newest), None),
-            "forest_at_last_n": (set(contexts[i]["last_n"][0]), contexts[i]["last_n"][1]),
         }
-        for f in FRACTIONS:
-            name, budget = f"{round(100 * f)}", budgets(i)[f"{round(100 * f)}"]
-            assert budget is not None
+        for name in FRONTIER_BUDGETS:
+            budget = budgets(i)[name]
             held[f"forest_at_{name}"] = (set(contexts[i][name][0]), contexts[i][name][1])
-            held[f"last_n_at_{name}"] = (_fill(newest, tokens, budget, contiguous=True), None)
             held[f"top_k_at_{name}"] = (_fill(similar, tokens, budget, contiguous=False), None)
+            held[f"top_k_neighbours_at_{name}"] = (_fill(neighbours, tokens, budget, contiguous=False), None)
+            held[f"last_n_at_{name}"] = (_fill(newest, tokens, budget, contiguous=True), None)
         for name, (kept, cost) in held.items():
             cost = int(tokens[sorted(kept)].sum()) if cost is None else cost
             rows.setdefault(name, []).append((cost / full[i], len(kept & earlier) / len(earlier)))
@@ -142,8 +181,10 @@ def score_context(turns: list[Turn], contexts: list[dict[str, tuple[list[int], i
         arr = np.array(values, dtype=np.float64)
         out[f"{name}_tokens"] = float(arr[:, 0].mean())
         out[f"{name}_recall"] = float(arr[:, 1].mean())
-    if rows:  # the forest within the window's tokens against the window, paired by dialogue
-        out["forest_minus_last_n_recall"] = out["forest_at_last_n_recall"] - out["last_n_recall"]
+    for budget in FRONTIER_BUDGETS if rows else ():  # paired by dialogue
+        for method in FRONTIER_METHODS[1:]:
+            out[f"forest_minus_{method}_at_{budget}"] = (out[f"forest_at_{budget}_recall"]
+                                                         - out[f"{method}_at_{budget}_recall"])
     return out
 
 
@@ -205,6 +246,15 @@ def calibrate(path: str | Path, *, embedder: Any, cache: EmbeddingCache | None =
     return {"dialogues": dialogues, "length": length, "stories": len(half), "best": results[0], "top": results[:10]}
 
 
+MIN_INTERVAL = 5  # fewer dialogues than this get means without intervals
+
+
+def summarise(rows: list[dict[str, float]], seed: int) -> dict[str, dict[str, float]]:
+    """Each metric's mean over ``rows`` (one per dialogue; NaN, a metric a dialogue lacks, left
+    out) with its 95% bootstrap interval."""
+    return {key: bootstrap([r[key] for r in rows if not np.isnan(r[key])], seed=seed) for key in rows[0]}
+
+
 def evaluate(path: str | Path, *, embedder: Any, cache: EmbeddingCache | None = None,
              thresholds: Thresholds | None = None, dialogues: int = 30, lengths: tuple[int, ...] = LENGTHS,
              seed: int = 0, progress: bool = False, decider: Any = None) -> dict[str, Any]:
@@ -217,7 +267,8 @@ def evaluate(path: str | Path, *, embedder: Any, cache: EmbeddingCache | None = 
     stories = load_stories(path)
     held_out = stories[len(stories) // 2:]
     report: dict[str, Any] = {"decider": "thresholds" if decider == "thresholds" else str(decider or "shipped"),
-                              "thresholds": thresholds.__dict__, "stories": len(held_out), "by_length": {}}
+                              "thresholds": thresholds.__dict__, "stories": len(held_out), "dialogues": dialogues,
+                              "by_length": {}}
     for length in lengths:
         made = [stitch(held_out, length, seed * 1000 + i) for i in range(dialogues)]
         rows = []
@@ -225,8 +276,7 @@ def evaluate(path: str | Path, *, embedder: Any, cache: EmbeddingCache | None = 
                                         len(made), f"eval-track {length} turns", "dialogue", enabled=progress):
             trees, contexts = run_forest(turns, u, v, embedder, thresholds, decider, context_budgets(c))
             rows.append({**score_dialogue(turns, trees), **score_context(turns, contexts, u, c)})
-        report["by_length"][length] = {
-            key: bootstrap([r[key] for r in rows if not np.isnan(r[key])], seed=seed) for key in rows[0]}
+        report["by_length"][length] = summarise(rows, seed)
     return report
 
 
@@ -240,52 +290,104 @@ def placed_as_labelled(topics: list[Any], trees: list[int]) -> float:
 
 def evaluate_chats(dialogues: list[LabelledDialogue], *, embedder: Any, cache: EmbeddingCache | None = None,
                    decider: Any = None, seed: int = 0, progress: bool = False) -> dict[str, Any]:
-    """Chats with a topic per turn, each as written: for the forest
-    (``decider`` as ``Forest`` takes it) and the threshold rule, the share of turns placed as
-    labelled, topic assignment, boundaries, Pk, WindowDiff and return accuracy, averaged over
-    chats with 95% bootstrap intervals; and each chat's topics and the forest's trees, turn by turn."""
+    """Chats with a topic per turn, each as written: for the forest (``decider`` as ``Forest``
+    takes it) and the threshold rule, the share of turns placed as labelled, topic assignment,
+    boundaries, Pk, WindowDiff and return accuracy; the forest's context frontier
+    (``score_context``); each averaged over chats with 95% bootstrap intervals; and each chat's
+    topics and the forest's trees, turn by turn."""
     if not dialogues:
         raise InvalidValueError("no chats to evaluate")
     made = [labelled_turns(d) for d in dialogues]
     embedded = embed_turns(made, embedder, cache, progress)
     rows: dict[str, list[dict[str, float]]] = {"forest": [], "thresholds": []}
-    chats = []
-    for d, turns, (u, v, _) in tracked(list(zip(dialogues, made, embedded)), len(made), "eval-track", "chat",
+    frontier, chats = [], []
+    for d, turns, (u, v, c) in tracked(list(zip(dialogues, made, embedded)), len(made), "eval-track", "chat",
                                        enabled=progress):
         topics = [t.story for t in turns]
         for name, chosen in (("forest", decider), ("thresholds", "thresholds")):
-            trees, _ = run_forest(turns, u, v, embedder, Thresholds(), chosen)
+            budgets = context_budgets(c) if name == "forest" else None
+            trees, contexts = run_forest(turns, u, v, embedder, Thresholds(), chosen, budgets)
             rows[name].append({"placed_as_labelled": placed_as_labelled(topics, trees), **score_dialogue(turns, trees)})
             if name == "forest":
                 chats.append({"chat": d.id, "topics": topics, "trees": trees})
-    methods = {name: {key: bootstrap([r[key] for r in values if not np.isnan(r[key])], seed=seed)
-                      for key in values[0]} for name, values in rows.items()}
-    return {"chats": len(made), "turns": sum(len(t) for t in made), "methods": methods, "by_chat": chats}
+                frontier.append(score_context(turns, contexts, u, c))
+    methods = {name: summarise(values, seed) for name, values in rows.items()}
+    scored = [f for f in frontier if f]  # a chat without a topic that comes back has nothing to score
+    return {"chats": len(made), "turns": sum(len(t) for t in made), "methods": methods, "by_chat": chats,
+            "context": summarise(scored, seed) if scored else {}}
+
+
+def cell(m: dict[str, float]) -> str:
+    """A mean with its interval, or alone where too few dialogues (``MIN_INTERVAL``) stand behind it."""
+    if not m["n"]:
+        return "-"
+    return f"{m['mean']:.3f} [{m['lo']:.3f}, {m['hi']:.3f}]" if m["n"] >= MIN_INTERVAL else f"{m['mean']:.3f}"
+
+
+def interval_note(n: int, what: str) -> list[str]:
+    """The line that says why there are no intervals, when ``n`` is below ``MIN_INTERVAL``."""
+    if n >= MIN_INTERVAL:
+        return []
+    return [f"{n} {what}: means only; 95% intervals need at least {MIN_INTERVAL} {what.rstrip('s')}s"]
+
+
+ASSIGNMENT_NOTE = ("assignment: the share of turns in their topic's tree, each topic matched to at most one tree and "
+                   "each tree to at most one topic (a topic split over two trees loses the turns of the smaller part); "
+                   "trees_per_topic: how many trees a topic's turns spread over")
+BUDGET_NAMES = {"25": "25% of the history", "50": "50% of the history", "75": "75% of the history",
+                "last_n": f"the last-{BASELINE_TURNS} window's tokens"}
+METHOD_NAMES = {"forest": "forest", "top_k": "top-k", "top_k_neighbours": "top-k + neighbours", "last_n": "last-N"}
+
+
+def format_frontier(m: dict[str, dict[str, float]]) -> list[str]:
+    """The context frontier as a Markdown table: at each budget, the share of the current topic's
+    earlier turns each method holds, and the forest's paired difference from each baseline."""
+    if not m:
+        return ["context: no turn returns to a topic with earlier turns, nothing to score"]
+    head = [METHOD_NAMES[k] for k in FRONTIER_METHODS] + [f"forest - {METHOD_NAMES[k]}" for k in FRONTIER_METHODS[1:]]
+    lines = ["context frontier: the share of the current topic's earlier turns the context holds verbatim, every "
+             "method at the same token budget",
+             f"| budget | {' | '.join(head)} |", "|---|" + "---|" * len(head)]
+    for b in FRONTIER_BUDGETS:
+        cells = [cell(m[f"{k}_at_{b}_recall"]) for k in FRONTIER_METHODS]
+        cells += [cell(m[f"forest_minus_{k}_at_{b}"]) for k in FRONTIER_METHODS[1:]]
+        lines.append(f"| {BUDGET_NAMES[b]} | {' | '.join(cells)} |")
+    lines.append(f"without a budget: the forest holds {cell(m['forest_recall'])} for {cell(m['forest_tokens'])} of the "
+                 f"history's tokens; top-{BASELINE_TURNS} {cell(m['top_k_recall'])} for {cell(m['top_k_tokens'])}; "
+                 f"last-{BASELINE_TURNS} {cell(m['last_n_recall'])} for {cell(m['last_n_tokens'])}")
+    return lines
 
 
 def format_chats(report: dict[str, Any]) -> str:
-    """The chat evaluation as a Markdown table, one row per method, then each chat's topics and trees."""
-    keys = ("placed_as_labelled", "boundary_f1", "return_accuracy", "assignment", "pk")
-    lines = [f"{report['chats']} chats, {report['turns']} turns", f"| method | {' | '.join(keys)} |",
-             "|---|" + "---|" * len(keys)]
+    """The chat evaluation as Markdown tables: one row per method, the forest's context frontier,
+    then each chat's topics and trees."""
+    keys = ("placed_as_labelled", "assignment", "boundary_f1", "return_accuracy", "pk")
+    lines = [f"{report['chats']} chats, {report['turns']} turns", *interval_note(report["chats"], "chats"),
+             f"| method | {' | '.join(keys)} |", "|---|" + "---|" * len(keys)]
     for name, m in report["methods"].items():
-        cells = [f"{m[k]['mean']:.3f} [{m[k]['lo']:.3f}, {m[k]['hi']:.3f}]" if m[k]["n"] else "-" for k in keys]
-        lines.append(f"| {name} | {' | '.join(cells)} |")
-    lines.append("each chat, turn by turn (topics as labelled; the forest's trees):")
+        lines.append(f"| {name} | {' | '.join(cell(m[k]) for k in keys)} |")
+    lines += [ASSIGNMENT_NOTE, *format_frontier(report["context"]),
+              "each chat, turn by turn (topics as labelled; the forest's trees):"]
     for chat in report["by_chat"]:
         lines.append(f"  {chat['chat']}: topics {' '.join(map(str, chat['topics']))}; trees {' '.join(map(str, chat['trees']))}")
     return "\n".join(lines)
 
 
+TOPIC_KEYS = ("assignment", "trees_per_topic", "boundary_precision", "boundary_recall", "boundary_f1", "pk",
+              "windowdiff", "return_accuracy")
+
+
 def format_report(report: dict[str, Any]) -> str:
-    """The evaluation as a Markdown table: one row per metric, one column per dialogue length."""
+    """The evaluation as Markdown: the topic metrics, one column per dialogue length, then the
+    context frontier at each length."""
     lengths = list(report["by_length"])
-    keys = list(next(iter(report["by_length"].values())))
-    lines = [f"| metric | {' | '.join(f'{n} turns' for n in lengths)} |", "|---|" + "---|" * len(lengths)]
-    for key in keys:
-        cells = []
-        for n in lengths:
-            m = report["by_length"][n][key]
-            cells.append(f"{m['mean']:.3f} [{m['lo']:.3f}, {m['hi']:.3f}]")
-        lines.append(f"| {key} | {' | '.join(cells)} |")
+    lines = [f"{report['dialogues']} dialogues of each length, stitched from {report['stories']} stories; decider "
+             f"{report['decider']}; means over dialogues [95% bootstrap intervals]",
+             *interval_note(report["dialogues"], "dialogues"),
+             f"| metric | {' | '.join(f'{n} turns' for n in lengths)} |", "|---|" + "---|" * len(lengths)]
+    for key in TOPIC_KEYS:
+        lines.append(f"| {key} | {' | '.join(cell(report['by_length'][n][key]) for n in lengths)} |")
+    lines.append(ASSIGNMENT_NOTE)
+    for n in lengths:
+        lines += ["", f"{n} turns:", *format_frontier(report["by_length"][n])]
     return "\n".join(lines)

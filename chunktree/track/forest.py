@@ -2,8 +2,8 @@
 
 One tree per topic, one node per turn; a branch is a path inside a tree, made where the user goes
 back to an earlier point and refines it. ``Forest.add`` places each turn (``decide``), and
-``Forest.context`` gives the next turn the verbatim path from its topic's root to the current
-node plus one line for every other topic and branch, within a token budget.
+``Forest.context`` gives the next turn the earlier turns it most likely needs, verbatim (ranked
+by ``context.relevance``), plus one line for every other topic and branch, within a token budget.
 
 All node vectors sit in one array: placing a turn costs one matrix-vector product over them, and
 work per tree only for the ``SHORTLIST`` trees that fit it best (and the current one).
@@ -14,7 +14,6 @@ from __future__ import annotations
 import base64
 import contextlib
 import dataclasses
-import itertools
 import os
 import re
 import sys
@@ -29,6 +28,7 @@ from chunktree.engine.cache import EmbeddingCache
 from chunktree.engine.embedding import embed_texts
 from chunktree.engine.inputs import default_embedder
 from chunktree.engine.results import dumps
+from chunktree.track.context import RELEVANCE_KEEP, Context, choose, reason, relevance, relevance_features
 from chunktree.track.decide import (
     Candidate,
     Decision,
@@ -47,12 +47,6 @@ from chunktree.track.learned import LearnedDecider, default_decider, tree_featur
 FORMAT, VERSION = "chunktree-forest", 1
 SUMMARY_TOKENS = 24
 _HEADER = "Earlier topics and branches of this conversation, most recent first:\n"
-# Under a budget the context holds this many of the path's newest turns first, then the
-# conversation's newest. Measured for 1-8 on eval-track's first half of the CoQA stories (80-turn
-# stitched dialogues, the recall of the story's earlier turns at 25/50/75% of the history's tokens
-# and at the last-8 window's): 4-6 were best, 6 within 0.01 of the best at every budget and the
-# most at 50% and 75%.
-CONTEXT_PATH_TURNS = 6
 SHORTLIST = 16  # a turn is weighed in full against this many best-fitting trees, and the current one
 _SENTENCE = re.compile(r"[^.!?。！？]+[.!?。！？]*")
 
@@ -334,21 +328,6 @@ class _Tree:
         self.words |= words
 
 
-@dataclass(frozen=True)
-class Context:
-    """What the next turn gets: ``messages`` (OpenAI chat shape), their ``tokens`` (chunktree's
-    convention: content tokens, no special tokens), the node ids of the turns held verbatim, and
-    whether the budget cut anything (a turn of the path or a line)."""
-
-    messages: list[dict[str, str]]
-    tokens: int
-    turns: list[int]
-    cut: bool
-
-    def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
-
-
 class Forest:
     """A conversation as topic trees.
 
@@ -577,32 +556,31 @@ class Forest:
     def context(self, budget_tokens: int | None = None) -> Context:
         """The context for the next turn.
 
-        The current topic's path from its root to the current node, verbatim, as user and
-        assistant messages, after one system message listing every other topic and every branch
-        of the current topic not on the path, one line each, most recent first. Under a budget
-        the turns come first: the path's newest ``CONTEXT_PATH_TURNS`` (what the next turn most
-        likely follows from), then the conversation's newest turns, on the path or not, while
-        they fit; the lines take what is left, most recent first. A wrong boundary of the decider
-        then costs no more than a window of the last turns would. The messages stay in the order
-        of the conversation, and each text is counted once: the cost grows with the number of
-        lines, not its square.
+        The turns the next answer most likely needs, verbatim, as user and assistant messages in
+        the order of the conversation, after one system message listing every other topic and
+        every branch of the current topic off its path, one line each, most recent first. Each
+        earlier turn gets a relevance (``context.relevance``): the probability that it is of the
+        current turn's topic, from its tree, whether it is in the topic's current stretch, its
+        similarity to the current turn, how long ago it was, and how well its tree fits the
+        current turn (so a topic split over several trees is taken whole). Without a budget the
+        context holds the current turn and every turn at least ``RELEVANCE_KEEP`` relevant;
+        under one, the current turn and then the most relevant turns that fit; the lines take
+        what is left, most recent first. Each text is counted once: the cost grows with the
+        number of turns, not its square.
         """
         if budget_tokens is not None:
             integer(budget_tokens, "budget_tokens", 1)
         if self.current is None:
-            return Context([], 0, [], False)
+            return Context([], 0, [], False, [], [])
+        n = len(self.nodes)
+        features = relevance_features(self._vectors[:n], self._tree_of[:n], self.current)
+        p = relevance(features)
+        p[self.current] = 1.0
+        tokens = np.array(self._tokens)
+        turns = sorted(choose(p, tokens, self.current, budget_tokens))
+        used = int(tokens[turns].sum())
         budget = budget_tokens if budget_tokens is not None else sys.maxsize
-        path = self._path(self.current)  # newest first
-        head = path[:CONTEXT_PATH_TURNS]
-        newest = (n for n in range(len(self.nodes) - 1, -1, -1) if n not in head)
-        turns, used = [], 0
-        for n in path if budget_tokens is None else itertools.chain(head, newest):
-            if used + self._tokens[n] > budget:
-                break
-            turns.append(n)
-            used += self._tokens[n]
-        turns.sort()
-        lines = self._topic_lines(set(path))
+        lines = self._topic_lines(set(self._path(self.current)))
         system: list[dict[str, str]] = []
         shown = 0
         if lines:
@@ -616,9 +594,11 @@ class Forest:
                     system, used = [{"role": "system", "content": content}], used + cost
                     break
                 shown -= 1
-        cut = not set(path) <= set(turns) or shown < len(lines)
-        messages = system + [m for n in turns for m in self._messages(n)]
-        return Context(messages, used, turns, cut)
+        kept = set(turns)
+        cut = any(p[j] >= RELEVANCE_KEEP and j not in kept for j in range(n)) or shown < len(lines)
+        why = ["the current turn" if j == self.current else reason(features[j], float(p[j])) for j in turns]
+        messages = system + [m for j in turns for m in self._messages(j)]
+        return Context(messages, used, turns, cut, [round(float(p[j]), 4) for j in turns], why)
 
     def _topic_lines(self, on_path: set[int]) -> list[str]:
         """One line per other topic, most recently visited first, then one per branch of the

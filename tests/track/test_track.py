@@ -3,6 +3,7 @@ saving and loading, the LLM judge over a real loopback server, and the evaluatio
 hand-made cases (the learned decider: test_learned)."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -44,64 +45,83 @@ def test_same_input_same_decisions(embedder, forest):
     assert [again.add(u, a).to_dict() for u, a in WHALES + BREAD + [BACK]] == [x.to_dict() for x in d]
 
 
-def test_context_is_the_path_verbatim_plus_one_line_per_other_topic(embedder, forest):
+def _tokens_of(embedder, c):
+    return sum(len(embedder.tokenizer.encode(m["content"], add_special_tokens=False).ids) for m in c.messages)
+
+
+def test_context_holds_the_relevant_turns_verbatim_plus_one_line_per_other_topic(embedder, forest):
+    from chunktree.track.context import RELEVANCE_KEEP
+
     f, _ = forest
     c = f.context()
     system, *turns = c.messages
     assert system["role"] == "system" and system["content"].count("\n- topic 1:") == 1
-    assert [m["content"] for m in turns] == [t for pair in WHALES + [BACK] for t in pair]
-    assert c.turns == [0, 1, 2, 5] and not c.cut
-    count = sum(len(embedder.tokenizer.encode(m["content"], add_special_tokens=False).ids) for m in c.messages)
-    assert c.tokens == count
+    assert [m["content"] for m in turns] == [t for n in c.turns for t in (f.nodes[n].user, f.nodes[n].assistant)]
+    assert c.turns == sorted(c.turns) and 5 in c.turns and not c.cut  # the current turn: the whale return
+    assert c.why[c.turns.index(5)] == "the current turn" and c.relevance[c.turns.index(5)] == 1.0
+    assert c.tokens == _tokens_of(embedder, c)
+    # with room for every turn, each comes with its relevance; without a budget, those at least
+    # RELEVANCE_KEEP relevant are held, and the whale turns are more relevant than the bread ones
+    everything = f.context(budget_tokens=10_000)
+    assert everything.turns == [0, 1, 2, 3, 4, 5] and not everything.cut
+    p = dict(zip(everything.turns, everything.relevance))
+    assert c.turns == [n for n in everything.turns if n == 5 or p[n] >= RELEVANCE_KEEP]
+    assert min(p[0], p[1]) > max(p[3], p[4])
+    assert all(w.startswith("relevance ") for n, w in zip(everything.turns, everything.why) if n != 5)
 
 
-def test_the_budget_keeps_the_newest_turns(embedder, forest):
+def test_under_a_budget_the_current_turn_then_the_most_relevant_that_fit(embedder, forest):
     f, _ = forest
-    whole = f.context()
-    path = whole.turns  # [0, 1, 2, 5]: the whale topic
-    for budget in (whole.tokens - 1, 60, 30):
+    everything = f.context(budget_tokens=10_000)
+    p = dict(zip(everything.turns, everything.relevance))
+    for budget in (everything.tokens - 1, 80, 60, 40, 30, 20):
         c = f.context(budget_tokens=budget)
-        assert c.cut and c.tokens <= budget
-        on_path = [n for n in c.turns if n in path]
-        assert on_path == path[len(path) - len(on_path):]  # a suffix of the path: its newest turns
-        off_path = [n for n in c.turns if n not in path]
-        assert off_path == [4, 3][:len(off_path)][::-1]  # then the newest turns off the path, if any fit
+        assert c.tokens <= budget and c.tokens == _tokens_of(embedder, c)
+        if not c.turns:  # the current turn alone is larger than the budget
+            assert f._tokens[5] > budget
+            continue
+        assert 5 in c.turns  # the current turn first
+        # every turn left out did not fit after the current turn and the more relevant turns held
+        for left in set(range(6)) - set(c.turns):
+            before = sum(f._tokens[n] for n in c.turns if n == 5 or p[n] > p[left])
+            assert before + f._tokens[left] > budget, (budget, left)
         texts = [m["content"] for m in c.messages if m["role"] != "system"]
         assert texts == [t for n in c.turns for t in (f.nodes[n].user, f.nodes[n].assistant) if t]  # in order
-        assert c.tokens == sum(f._tokens[n] for n in c.turns) + (
-            int(embedder.count_tokens([c.messages[0]["content"]])[0]) if c.messages and c.messages[0]["role"] == "system" else 0)
-    roomy = f.context(budget_tokens=10 * whole.tokens)
-    assert roomy.turns == [0, 1, 2, 3, 4, 5] and not roomy.cut  # room for everything: every turn, verbatim
     with pytest.raises(ValueError, match="budget_tokens must be"):
         f.context(budget_tokens=0)
 
 
-def test_under_a_budget_the_paths_newest_turns_then_the_conversations_newest(embedder):
-    from chunktree.track.forest import CONTEXT_PATH_TURNS as HEAD
-
+def test_a_topic_split_over_two_trees_is_taken_whole_before_newer_turns_of_others(embedder):
     f = Forest(embedder, decider="thresholds")
     a, b = np.zeros(embedder.dim, np.float32), np.zeros(embedder.dim, np.float32)
     a[0], b[1] = 1.0, 1.0
-    on_a = HEAD + 3
-    for i, v in enumerate([a] * on_a + [b] * 2 + [a]):  # turns on A, two on B, back to A
-        f._place(f"turn number {i} of this chat", "a reply", v, v)
-    back = on_a + 2
-    assert [n.tree for n in f.nodes] == [0] * on_a + [1] * 2 + [0]
-    path = [back, *range(on_a - 1, -1, -1)]  # newest first
-    assert f.context().turns == sorted(path)
-    head = path[:HEAD]
-    # Room for the head and two turns more: B's two (the conversation's newest), not the path's
-    # older turns.
-    c = f.context(budget_tokens=sum(f._tokens[n] for n in head + [on_a, on_a + 1]))
-    assert c.turns == sorted(head + [on_a, on_a + 1]) and c.cut
-    for budget in range(1, f.context(budget_tokens=10_000).tokens + 1, 7):
-        c = f.context(budget_tokens=budget)
-        assert c.tokens <= budget
-        rest = [n for n in c.turns if n not in head]
-        if rest:
-            assert set(head) <= set(c.turns)  # the head comes first
-            others = [n for n in range(back, -1, -1) if n not in head]
-            assert sorted(rest, reverse=True) == others[:len(rest)]  # then the newest, newest first
+    for i in range(4):  # topic A in tree 0
+        f.force(f"turn {i} of this chat", "a reply", a, 0 if i else None)
+    for i in range(4, 8):  # topic B in tree 1
+        f.force(f"turn {i} of this chat", "a reply", b, 1 if i > 4 else None)
+    f.force("turn 8 of this chat", "a reply", a, None)  # A again, but in a tree of its own
+    assert [n.tree for n in f.nodes] == [0] * 4 + [1] * 4 + [2]
+    one_turn = f._tokens[0]
+    c = f.context(budget_tokens=5 * one_turn)  # room for five turns of equal length
+    assert c.turns == [0, 1, 2, 3, 8]  # A's first tree, not B's newer turns
+    assert all("another tree" in w for n, w in zip(c.turns, c.why) if n != 8)
+
+
+def test_a_follow_up_that_shares_no_words_keeps_the_stretch_it_follows(embedder):
+    # examples/dialogue.jsonl: bread, Kubernetes, Roman water, back to bread (turn 9), then "And how
+    # many stretch and folds?" (turn 10), which shares no word with turn 9 or with the earlier bread
+    lines = (Path(__file__).resolve().parents[2] / "examples" / "dialogue.jsonl").read_text().splitlines()
+    f = Forest(embedder)  # the shipped decider
+    for turn in map(json.loads, lines[:11]):
+        f.add(turn["user"], turn.get("assistant"))
+    assert [n.tree for n in f.nodes] == [0, 0, 0, 1, 1, 1, 2, 2, 2, 0, 0]
+    c = f.context(budget_tokens=10_000)
+    p = dict(zip(c.turns, c.relevance))
+    assert min(p[n] for n in (0, 1, 2)) > max(p[n] for n in (3, 4, 5))  # the earlier bread before Kubernetes
+    assert p[9] > max(p[n] for n in range(9))  # the stretch it follows first
+    assert "this stretch" in c.why[c.turns.index(9)] and "this topic" in c.why[c.turns.index(0)]
+    tight = f.context(budget_tokens=f._tokens[10] + f._tokens[9])
+    assert tight.turns == [9, 10]  # room for one more: the turn it follows, not the newest (Rome, turn 8)
 
 
 def test_save_and_load_round_trip_and_go_on_alike(embedder, forest, tmp_path):
@@ -284,7 +304,12 @@ def test_metrics_on_hand_made_segmentations():
     assert perfect["return_accuracy"] == 1.0 and perfect["assignment"] == 1.0
     one_tree = score_dialogue(turns, [0] * 10)
     assert one_tree["boundary_recall"] == 0 and one_tree["return_accuracy"] == 1.0
-    assert one_tree["assignment"] == 0.5  # the one tree maps to story 0, which holds 5 of the 10 turns
+    assert one_tree["assignment"] == 0.5  # the one tree is matched to story 0, which holds 5 of the 10 turns
+    assert one_tree["trees_per_topic"] == 1.0 and perfect["trees_per_topic"] == 1.0
+    apart = score_dialogue(turns, list(range(10)))  # every turn a tree of its own: over-splitting does not pay
+    assert apart["assignment"] == 0.3 and apart["trees_per_topic"] == 10 / 3  # one turn of each story matched
+    split = score_dialogue(turns, [0, 0, 0, 1, 1, 3, 3, 2, 2, 1])  # story 0 split over trees 0 and 3
+    assert split["assignment"] == 0.8 and split["return_accuracy"] == 0.5
     # By hand: segments start at turns 3, 5, 7 and 9; with k = 1 the 9 neighbouring pairs are
     # compared, and a prediction of no boundary at all gets the 4 pairs that straddle one wrong.
     gold = np.array([0, 0, 0, 1, 0, 1, 0, 1, 0, 1])
@@ -374,11 +399,15 @@ def test_the_context_frontier_keeps_every_method_within_its_budget(embedder, tmp
                       decider="thresholds")
     m = {key: value["mean"] for key, value in report["by_length"][14].items()}
     for share in (25, 50, 75):
-        for method in ("forest", "last_n", "top_k"):
+        for method in ("forest", "last_n", "top_k", "top_k_neighbours"):
             assert m[f"{method}_at_{share}_tokens"] <= share / 100 + 1e-9
             assert 0.0 <= m[f"{method}_at_{share}_recall"] <= 1.0
+            if method != "forest":
+                assert m[f"forest_minus_{method}_at_{share}"] == pytest.approx(
+                    m[f"forest_at_{share}_recall"] - m[f"{method}_at_{share}_recall"])
     assert m["full_recall"] == 1.0 and m["full_tokens"] == 1.0
-    assert m["forest_at_last_n_tokens"] <= m["last_n_tokens"] + 1e-9
+    for method in ("forest", "last_n", "top_k", "top_k_neighbours"):
+        assert m[f"{method}_at_last_n_tokens"] <= m["last_n_tokens"] + 1e-9
     assert m["forest_at_25_recall"] <= m["forest_at_75_recall"] + 1e-9
 
 
