@@ -138,24 +138,26 @@ RETURN_GRID = (0.15, 0.2, 0.25, 0.3, 0.35, 0.4, 0.5)
 
 def choose_return_similarity(decider: LearnedDecider, dialogues: list[LabelledDialogue],
                              vectors: list[tuple[np.ndarray, np.ndarray]], embedder: Any) -> tuple[float | None, list[Any]]:
-    """The ``RETURN_GRID`` value (or None) with the best mean of boundary F1 and return accuracy on
-    the dialogues that have returns, and every value's scores."""
+    """The ``RETURN_GRID`` value (or None) with the best mean of topic assignment and return
+    accuracy on the dialogues that have returns, and every value's scores (with boundary F1).
+    Assignment weighs against returns that are not: a new topic sent back to an earlier tree
+    still counts as a boundary, so boundary F1 does not see it, but it puts two topics in one
+    tree."""
     chosen = [(d, v) for d, v in zip(dialogues, vectors) if has_returns(d)]
     if not chosen:
         return None, []
     rows: list[dict[str, Any]] = []
     for value in (None, *RETURN_GRID):
         candidate = dataclasses.replace(decider, return_similarity=value)
-        f1, acc = [], []
+        scores = []
         for d, (u, nv) in chosen:
             turns = labelled_turns(d)
             trees, _ = run_forest(turns, u, nv, embedder, Thresholds(), decider=candidate)
-            m = score_dialogue(turns, trees)
-            f1.append(m["boundary_f1"])
-            acc.append(m["return_accuracy"])
-        rows.append({"return_similarity": value, "boundary_f1": float(np.mean(f1)),
-                     "return_accuracy": float(np.nanmean(acc))})
-    best = max(rows, key=lambda r: float(r["boundary_f1"]) + float(r["return_accuracy"]))
+            scores.append(score_dialogue(turns, trees))
+        rows.append({"return_similarity": value,
+                     **{k: float(np.nanmean([m[k] for m in scores])) for k in ("assignment", "return_accuracy",
+                                                                               "boundary_f1")}})
+    best = max(rows, key=lambda r: float(r["assignment"]) + float(r["return_accuracy"]))
     return best["return_similarity"], rows
 
 
