@@ -27,10 +27,10 @@ from record import title, write
 
 from chunktree import Embedder
 from chunktree.engine.cache import EmbeddingCache
-from chunktree.track.data import LabelledDialogue, load_labelled
+from chunktree.track.data import LabelledDialogue, SegmentedDialogue, load_labelled, load_segmentation
 from chunktree.track.evaluate import evaluate
 from chunktree.track.learned import DEFAULT_THRESHOLD
-from chunktree.track.segmentation import SegmentedDialogue, evaluate_segmentation, format_segmentation, load_segmentation
+from chunktree.track.segmentation import evaluate_segmentation, format_segmentation
 from chunktree.track.train import DEFAULT_HIDDEN, DEFAULT_L2, fit
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

@@ -729,9 +729,9 @@ def cmd_track(args: argparse.Namespace) -> int:
 
 
 def cmd_eval_track(args: argparse.Namespace) -> int:
-    from chunktree.track.data import load_labelled
+    from chunktree.track.data import load_labelled, load_segmentation, sniff
     from chunktree.track.evaluate import calibrate, evaluate, evaluate_chats, format_chats, format_report
-    from chunktree.track.segmentation import evaluate_segmentation, format_segmentation, load_segmentation, sniff
+    from chunktree.track.segmentation import evaluate_segmentation, format_segmentation
 
     segmentation, chats = sniff(args.data) == "segmentation", args.data.suffix == ".jsonl"
     if args.calibrate and (segmentation or chats):
@@ -780,8 +780,11 @@ def cmd_train_track(args: argparse.Namespace) -> int:
     model = f"a network of {hidden} hidden units" if hidden else "a logistic regression"
     if args.hidden and not hidden:
         model += f" (fewer than {MIN_NETWORK_PAIRS:,} pairs: too few for the network)"
+    back = decider.return_similarity
     print(f"wrote {args.output}: {model}, fitted on {decider.info['dialogues']} dialogues, {decider.info['pairs']} "
-          f"turn-tree pairs ({decider.info['positives']} of the turn's own topic) in {decider.info['fit_seconds']} s")
+          f"turn-tree pairs ({decider.info['positives']} of the turn's own topic) in {decider.info['fit_seconds']} s; "
+          + (f"return similarity {back}" if back is not None else "no return similarity (no dialogue comes back to a "
+             "topic: below the threshold a turn opens a new topic)"))
     return 0
 
 

@@ -5,19 +5,21 @@
   interleaved, with returns;
 - ``LabelledDialogue`` and ``load_labelled``: dialogues with a topic per turn from a segmentation
   file, a CoQA or SQuAD file or a JSONL file of turns;
-- ``labelled_turns``, ``has_returns``: what the fit and the evaluation read of them.
+- ``labelled_turns``, ``has_returns``: what the fit and the evaluation read of them;
+- ``SegmentedDialogue`` and ``load_segmentation``: a dialogue segmentation benchmark's file
+  (DialSeg711, TIAGE, SuperDialseg), ``is_segmentation_file`` and ``sniff`` to tell one.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
 from chunktree.checks import InvalidValueError, json_loads
 from chunktree.track.forest import read_dialogue
-from chunktree.track.segmentation import is_segmentation_file, load_segmentation
 
 
 @dataclass(frozen=True)
@@ -76,6 +78,63 @@ def stitch(stories: list[list[tuple[str, str]]], length: int, seed: int, p_retur
         cursor[story] = min(len(stories[story]), start + stretch)
         current = story
     return turns[:length]
+
+
+@dataclass(frozen=True)
+class SegmentedDialogue:
+    """One dialogue of a segmentation file: its id, utterances and gold segment lengths."""
+
+    id: str
+    utterances: list[str]
+    segments: list[int]
+
+    @property
+    def labels(self) -> np.ndarray:
+        """1 where a gold segment ends, the last utterance excluded (int8, one per utterance)."""
+        return labels_from_segments(self.segments)
+
+
+def labels_from_segments(segments: list[int]) -> np.ndarray:
+    y = np.zeros(sum(segments), np.int8)
+    y[np.cumsum(segments)[:-1] - 1] = 1
+    return y
+
+
+def is_segmentation_file(data: Any) -> bool:
+    """Whether parsed JSON looks like a segmentation file (a list of dialogues with segments)."""
+    return isinstance(data, list) and bool(data) and isinstance(data[0], dict) and "segments" in data[0]
+
+
+def sniff(path: str | Path) -> str:
+    """``"segmentation"`` when the file at ``path`` is a segmentation file, else ``"other"``."""
+    try:
+        return "segmentation" if is_segmentation_file(json_loads(Path(path).read_text(encoding="utf-8"))) else "other"
+    except (OSError, ValueError):
+        return "other"
+
+
+def load_segmentation(path: str | Path) -> list[SegmentedDialogue]:
+    """The dialogues of a segmentation file; a malformed one is an error naming its index."""
+    path = Path(path)
+    try:
+        data = json_loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InvalidValueError(f"{path}: not a JSON file ({type(exc).__name__}: {exc})") from None
+    if not is_segmentation_file(data):
+        raise InvalidValueError(f"{path}: not a segmentation file (a JSON list of dialogues with 'utterances' "
+                                "and 'segments')")
+    out = []
+    for i, d in enumerate(data):
+        utterances = d.get("utterances") if isinstance(d, dict) else None
+        segments = d.get("segments") if isinstance(d, dict) else None
+        if not isinstance(utterances, list) or not all(isinstance(u, str) and u.strip() for u in utterances):
+            raise InvalidValueError(f"{path}: dialogue {i}: 'utterances' must be a list of non-empty strings")
+        if (not isinstance(segments, list) or not segments or not all(isinstance(s, int) and s >= 1 for s in segments)
+                or sum(segments) != len(utterances)):
+            raise InvalidValueError(f"{path}: dialogue {i}: 'segments' must be lengths >= 1 that sum to the "
+                                    f"{len(utterances)} utterances; got {segments!r}")
+        out.append(SegmentedDialogue(str(d.get("dial_id", i)), utterances, segments))
+    return out
 
 
 @dataclass(frozen=True)

@@ -31,6 +31,9 @@ DEFAULT_L2 = 300.0
 # fitted on 1,921 pairs of the same sources the network only matched it on validation, and on 20
 # pairs (four short chats) its units shrank to nothing and every turn continued one topic.
 MIN_NETWORK_PAIRS = 2000
+# ``fit`` refuses data with fewer turn-tree pairs or topic changes than these: nothing to learn from.
+MIN_PAIRS = 20
+MIN_CHANGES = 2
 
 
 def _standardised(x: np.ndarray, y: np.ndarray, weights: np.ndarray | None
@@ -166,7 +169,9 @@ def fit(dialogues: list[LabelledDialogue], embedder: Any, cache: Any = None, *, 
         progress: bool = False) -> LearnedDecider:
     """Fit a decider on ``dialogues``: the weights (``hidden`` tanh units; a logistic regression
     with ``hidden=0`` or on fewer than ``MIN_NETWORK_PAIRS`` turn-tree pairs), then
-    ``return_similarity`` on those with returns. ``info["hidden"]`` says which was made."""
+    ``return_similarity`` on those with returns (None when none has one). ``info["hidden"]`` says
+    which was made. Data of fewer than ``MIN_PAIRS`` pairs or ``MIN_CHANGES`` topic changes is
+    refused with an ``InvalidValueError`` that gives the counts."""
     number(threshold, "threshold", 0.0, 1.0, low_open=True)
     integer(hidden, "hidden", 0)
     number(l2, "l2", 0.0)
@@ -177,8 +182,12 @@ def fit(dialogues: list[LabelledDialogue], embedder: Any, cache: Any = None, *, 
     pairs = [teacher_forced(d, u, v, embedder) for d, (u, v) in zip(dialogues, vectors)]
     x = np.concatenate([p[0] for p in pairs])
     y = np.concatenate([p[1] for p in pairs])
-    if y.size == 0 or y.min() == y.max():
-        raise InvalidValueError("the dialogues hold no topic change (or nothing but changes): nothing to learn")
+    changes = sum(sum(a[2] != b[2] for a, b in zip(d.turns, d.turns[1:])) for d in dialogues)
+    if y.size < MIN_PAIRS or changes < MIN_CHANGES or y.min() == y.max():
+        raise InvalidValueError(
+            f"{len(dialogues)} dialogue(s) of {sum(len(d.turns) for d in dialogues)} turns give {y.size} turn-tree pairs "
+            f"({int(y.sum())} of the turn's own topic) and {changes} topic change(s); a decider needs at least "
+            f"{MIN_PAIRS} pairs, {MIN_CHANGES} changes and turns that stay in their topic: nothing was fitted")
     sources = np.concatenate([np.full(len(p[1]), d.source, dtype=object) for d, p in zip(dialogues, pairs)])
     counts = {s: int((sources == s).sum()) for s in set(sources.tolist())}
     row_weights = np.array([1.0 / counts[s] for s in sources])

@@ -94,6 +94,12 @@ def test_train_track_fits_from_jsonl_and_track_uses_it(tmp_path, capsys):
     assert main(["track", str(chat), "--decider", str(out), "--no-cache", "--format", "json"]) == 0
     doc = json.loads(capsys.readouterr().out)
     assert [d["tree"] for d in doc["conversations"]["default"]["decisions"]] == [0, 0, 0, 1, 1, 1]
+    few = tmp_path / "few.jsonl"  # one chat of two short topics: too little to fit anything
+    few.write_text("".join(json.dumps(x) + "\n" for x in lines[1:5]))
+    assert main(["train-track", str(few), "-o", str(tmp_path / "few.npz"), "--no-cache"]) == 2
+    assert "1 dialogue(s) of 4 turns give 4 turn-tree pairs (2 of the turn's own topic) and 1 topic change(s); a " \
+           "decider needs at least 20 pairs, 2 changes" in capsys.readouterr().err
+    assert not (tmp_path / "few.npz").exists()
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"user": "no topic here"}) + "\n")
     assert main(["train-track", str(bad), "-o", str(out)]) == 2

@@ -8,12 +8,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from chunktree.track.data import labels_from_segments, load_segmentation
 from chunktree.track.segmentation import (
     baseline_even,
     boundary_scores,
-    labels_from_segments,
     labels_from_topics,
-    load_segmentation,
     pk,
     window,
     windowdiff,
