@@ -26,8 +26,8 @@ RELEVANCE_FEATURES = ("same_tree", "in_stretch", "similarity", "log_turns_ago", 
 # Fitted by bench/fit_context.py: a logistic regression of "same story" on these features, over
 # every (earlier turn, turn) pair of 30 dialogues each of 40 and 80 turns stitched from the first
 # half of the CoQA stories and of the SQuAD-Shifts articles, placed by the shipped decider.
-RELEVANCE_WEIGHTS = np.array([0.88, 1.84, 10.89, -0.71, 1.72])
-RELEVANCE_BIAS = -3.22
+RELEVANCE_WEIGHTS = np.array([2.43, 0.43, 7.86, -0.63, 3.18])
+RELEVANCE_BIAS = -3.49
 RELEVANCE_KEEP = 0.5  # without a budget, the context holds every turn at least this relevant
 
 
