@@ -167,8 +167,9 @@ def score_context(turns: list[Turn], contexts: list[dict[str, tuple[list[int], i
             "top_k": (set(similar[:BASELINE_TURNS + 1]), None),
             "full": (set(newest), None),
         }
+        at = budgets(i)
         for name in FRONTIER_BUDGETS:
-            budget = budgets(i)[name]
+            budget = at[name]
             held[f"forest_at_{name}"] = (set(contexts[i][name][0]), contexts[i][name][1])
             held[f"top_k_at_{name}"] = (_fill(similar, tokens, budget, contiguous=False), None)
             held[f"top_k_neighbours_at_{name}"] = (_fill(neighbours, tokens, budget, contiguous=False), None)

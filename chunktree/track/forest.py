@@ -594,8 +594,9 @@ class Forest:
                     system, used = [{"role": "system", "content": content}], used + cost
                     break
                 shown -= 1
-        kept = set(turns)
-        cut = any(p[j] >= RELEVANCE_KEEP and j not in kept for j in range(n)) or shown < len(lines)
+        left_out = p >= RELEVANCE_KEEP
+        left_out[turns] = False
+        cut = bool(left_out.any()) or shown < len(lines)
         why = ["the current turn" if j == self.current else reason(features[j], float(p[j])) for j in turns]
         messages = system + [m for j in turns for m in self._messages(j)]
         return Context(messages, used, turns, cut, [round(float(p[j]), 4) for j in turns], why)
