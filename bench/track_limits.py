@@ -23,6 +23,10 @@ SQuAD-Shifts articles (``chunktree eval-track``'s), with the shipped decider:
    split with its settings, one on the questions (as shipped) and one on each question and its
    answer as one text; each decides the stitched dialogues above on what it was fitted on.
    Boundary F1 and return accuracy of both (the fits take a few minutes).
+6. The ceiling of merging trees after the fact, on 30 dialogues of 80 turns from the same second
+   halves: the forest's assignment and return accuracy as it decides, and again with every tree
+   merged into the first tree of its majority story: an oracle that merges exactly the trees
+   that share a majority story, what a merge rule could at best reach without moving turns.
 
 Writes ``bench/results/track_limits.json``.
 """
@@ -138,19 +142,49 @@ def answer_as_evidence(held_out: dict[str, tuple[list[list[Turn]], list]], embed
     return out
 
 
+MERGE_LENGTH = 80
+
+
+def oracle_merge(turns: list[Turn], trees: list[int]) -> list[int]:
+    """Each turn's tree after merging every tree into the first tree whose majority story is its own."""
+    stories, made = np.array([t.story for t in turns]), np.array(trees)
+    majority = {}
+    for tree in sorted(set(trees)):
+        values, counts = np.unique(stories[made == tree], return_counts=True)
+        majority[tree] = int(values[np.argmax(counts)])
+    first: dict[int, int] = {}
+    for tree in sorted(majority):
+        first.setdefault(majority[tree], tree)
+    return [first[majority[tree]] for tree in trees]
+
+
+def merge_ceiling(stories: list, embedder: Embedder, cache: EmbeddingCache, decider) -> dict[str, dict[str, float]]:
+    """Section 6: assignment, return accuracy and trees per topic as the forest decides, and after
+    ``oracle_merge``."""
+    dialogues = [stitch(stories, MERGE_LENGTH, i) for i in range(DIALOGUES)]
+    rows: dict[str, list[dict[str, float]]] = {"as decided": [], "oracle merge": []}
+    for turns, (u, v, _) in zip(dialogues, embed_turns(dialogues, embedder, cache, False)):
+        trees = run_forest(turns, u, v, embedder, Thresholds(), decider)[0]
+        rows["as decided"].append(score_dialogue(turns, trees))
+        rows["oracle merge"].append(score_dialogue(turns, oracle_merge(turns, trees)))
+    return {name: {k: float(np.nanmean([m[k] for m in ms])) for k in ("assignment", "return_accuracy", "trees_per_topic")}
+            for name, ms in rows.items()}
+
+
 def main() -> int:
     for path in (*SETS.values(), CHATS):
         if not path.is_file():
             print(f"{path} not found", file=sys.stderr)
             return 1
     embedder, cache, decider = Embedder(), EmbeddingCache(), default_decider()
-    results, lines, held = {}, [], {}
+    results, lines, held, merged = {}, [], {}, {}
     for name, path in SETS.items():
         stories = load_stories(path)
         held_out = stories[len(stories) // 2:]
         dialogues = [stitch(held_out, LENGTH, i) for i in range(DIALOGUES)]
         embedded = embed_turns(dialogues, embedder, cache, False)
         held[name] = (dialogues, embedded)
+        merged[name] = merge_ceiling(held_out, embedder, cache, decider)
         text = text_of_turns(dialogues)
         forced = forced_ceiling(dialogues, embedded, embedder, decider)
         on_own = scores(dialogues, embedded, embedder, decider)["boundary_f1"]
@@ -175,6 +209,12 @@ def main() -> int:
               "dialogues above:", "| set | decides on | boundary F1 | return accuracy |", "|---|---|---|---|",
               *(f"| {name} | {on.replace('_', ' ')} | {m['boundary_f1']:.3f} | {m['return_accuracy']:.3f} |"
                 for name, by in answers.items() for on, m in by.items())]
+    results["merge_ceiling"] = merged
+    lines += [f"{DIALOGUES} dialogues of {MERGE_LENGTH} turns from the second half, as the forest decides and with every tree "
+              "merged into its majority story's first tree (oracle merge):",
+              "| set | trees | assignment | return accuracy | trees per topic |", "|---|---|---|---|---|",
+              *(f"| {name} | {how} | {m['assignment']:.3f} | {m['return_accuracy']:.3f} | {m['trees_per_topic']:.3f} |"
+                for name, by in merged.items() for how, m in by.items())]
     print("\n".join(lines))
     write("track_limits", title(__doc__, "track_limits"), "python bench/track_limits.py", lines, results)
     return 0
