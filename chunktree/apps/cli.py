@@ -20,7 +20,7 @@ import numpy as np
 
 from chunktree.checks import ChunktreeError, InvalidValueError, json_loads, number, require
 from chunktree.engine.chunking import DEFAULT_CHUNK_TOKENS, DEFAULT_OVERLAP_TOKENS, chunk_documents
-from chunktree.engine.documents import read_paths, sample_documents
+from chunktree.engine.documents import READS, read_paths, sample_documents
 from chunktree.engine.order import DEFAULT_K, DEFAULT_STRATEGY, EXACT_MAX_N, METHODS, STRATEGIES
 from chunktree.engine.read.extractive import DEFAULT_MEMORY_WEIGHT
 from chunktree.engine.results import dumps
@@ -34,7 +34,13 @@ from chunktree.track.train import DEFAULT_HIDDEN, DEFAULT_L2, MIN_NETWORK_PAIRS
 
 def _add_corpus_args(p: argparse.ArgumentParser, model_flag: str = "--model") -> None:
     p.add_argument("paths", nargs="*", metavar="PATH",
-                   help="files or folders (.txt .md .pdf .html .jsonl)")
+                   help=f"files or folders (searched recursively). Reads {READS}. In a folder, files that are not "
+                        "text (binary, not UTF-8, empty) are skipped and named in a warning")
+    p.add_argument("--include", action="append", default=[], metavar="GLOB",
+                   help="read only the files in folders whose name or path inside the folder matches GLOB "
+                        "(repeatable; '*' also crosses '/'), e.g. --include '*.md' --include 'docs/*'")
+    p.add_argument("--exclude", action="append", default=[], metavar="GLOB",
+                   help="leave out the files in folders that match GLOB (repeatable), e.g. --exclude '*.log'")
     p.add_argument("--sample", action="store_true",
                    help="use the built-in sample corpus (Moby-Dick, public domain)")
     p.add_argument("--chunk-tokens", type=int, default=DEFAULT_CHUNK_TOKENS,
@@ -375,7 +381,7 @@ def _load_chunks(args: argparse.Namespace) -> tuple[Any, list[Any], float]:
         raise InvalidValueError("give input PATHs or --sample (one of the two)")
     embedder = _embedder(args)
     t0 = time.perf_counter()
-    docs = sample_documents() if args.sample else read_paths(args.paths)
+    docs = sample_documents() if args.sample else read_paths(args.paths, include=args.include, exclude=args.exclude)
     chunks = chunk_documents(docs, embedder.tokenizer, chunk_tokens=args.chunk_tokens, overlap_tokens=args.overlap,
                              progress=_progress(args))
     return embedder, chunks, time.perf_counter() - t0

@@ -1,36 +1,65 @@
 """Read files into documents: plain text plus where its pages and headings start.
 
-Supported inputs: ``.txt``, ``.md``/``.markdown``, ``.pdf`` (pypdf), ``.html``/``.htm`` (the
-page's main content, as Markdown, by trafilatura) and ``.jsonl`` (one document per line:
-``text``, optional ``id``, any other keys kept as metadata), given as files or folders (searched
-recursively, in sorted order). Every problem — an empty, binary, undecodable or unreadable file, a
-bad JSONL line — raises ``DocumentError`` naming the file.
+What is read, by name and by content:
+
+- ``.md``/``.markdown`` (Markdown headings), ``.rst``/``.rst.txt`` (reStructuredText headings),
+  ``.pdf`` (pypdf), ``.html``/``.htm`` (the page's main content, as Markdown, by trafilatura),
+  ``.jsonl`` (one document per line: ``text``, optional ``id``, any other keys kept as metadata);
+- man pages (roff: a ``.TH`` or ``.Dd`` request at the top), as text with their section headings;
+- any other file whose content is UTF-8 text (or UTF-16/32 with a byte-order mark), whatever its
+  name: ``.txt``, ``README``, ``NEWS``, ``copyright``, source code;
+- any of these compressed with gzip, bzip2 or xz (``NEWS.gz``, ``ls.1.gz``, ``notes.md.xz``): the
+  name without the compression suffix decides as above.
+
+Files and folders are given as paths; folders are searched recursively in sorted order, with
+``include``/``exclude`` globs to choose, and each file is read once however often it is reached.
+In a folder, a file that is not text (binary, not UTF-8, empty) is skipped and named with the
+reason in one warning; named on its own, it is an error. Every other problem, such as a bad JSONL
+line or an unreadable PDF, raises ``DocumentError`` naming the file.
 """
 
 from __future__ import annotations
 
+import bz2
 import codecs
+import fnmatch
 import gzip
 import json
 import logging
+import lzma
+import os
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 from chunktree.checks import InvalidValueError, MissingExtraError, json_loads
+from chunktree.engine import roff
 
 log = logging.getLogger(__name__)
 
-TEXT_SUFFIXES = {".txt": "text", ".md": "markdown", ".markdown": "markdown", ".pdf": "pdf",
-                 ".html": "html", ".htm": "html", ".jsonl": "jsonl"}
+NAMED_TYPES = {".md": "markdown", ".markdown": "markdown", ".rst": "rst", ".pdf": "pdf", ".html": "html",
+               ".htm": "html", ".jsonl": "jsonl"}
+# Compression by suffix, and by the magic bytes at the start of the file.
+COMPRESSIONS: dict[str, tuple[re.Pattern[bytes], Callable[[IO[bytes]], IO[bytes]]]] = {
+    ".gz": (re.compile(b"\x1f\x8b\x08"), lambda f: gzip.GzipFile(fileobj=f)),
+    ".bz2": (re.compile(b"BZh[1-9]1AY&SY"), lambda f: bz2.BZ2File(f)),
+    ".xz": (re.compile(b"\xfd7zXZ\x00"), lambda f: lzma.LZMAFile(f)),
+}
+MAX_DECOMPRESSED = 1 << 30  # bytes; a larger member is refused (a decompression bomb or not a document)
 SAMPLE_SOURCE = "sample:moby-dick"
+READS = ("UTF-8 text (any name: .txt, README, source code), .md, .rst, .html, .pdf, .jsonl, man pages; "
+         "each also .gz/.bz2/.xz")
 
 
 class DocumentError(InvalidValueError):
     """An input file cannot be read as a document."""
+
+
+class NotText(DocumentError):
+    """The file is not a document chunktree reads (binary, not UTF-8, empty): a folder skips it."""
 
 
 @dataclass(frozen=True)
@@ -61,49 +90,116 @@ class Document:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
-def read_paths(paths: Iterable[str | Path]) -> list[Document]:
-    """Read every supported file under ``paths`` into documents."""
+def read_paths(paths: Iterable[str | Path], include: Iterable[str] = (), exclude: Iterable[str] = ()) -> list[Document]:
+    """Read every document under ``paths``.
+
+    Parameters
+    ----------
+    paths
+        files and folders; a folder is searched recursively, in sorted order.
+    include, exclude
+        glob patterns (``fnmatch``: ``*`` also crosses ``/``) for the files found in folders, matched
+        against the file's name and its path inside the folder given: with ``include``, only files that
+        match one; then files that match an ``exclude`` pattern are left out. Files named directly are
+        always read.
+    """
+    include, exclude = list(include), list(exclude)
     docs: list[Document] = []
-    for path in _expand(paths):
-        docs.extend(read_file(path))
+    skipped: list[str] = []
+    for path, in_folder in _expand(paths, include, exclude):
+        try:
+            docs.extend(read_file(path))
+        except NotText as exc:
+            if not in_folder:
+                raise
+            skipped.append(str(exc))
+    if skipped:
+        log.warning("skipped %d file(s) that are not text documents: %s", len(skipped), "; ".join(skipped))
+    if not docs:
+        found = f"{len(skipped)} file(s) skipped, named above" if skipped else "no files found"
+        raise DocumentError(f"no documents in {', '.join(map(str, paths))}: {found}; chunktree reads {READS}")
     return docs
 
 
-def _expand(paths: Iterable[str | Path]) -> Iterator[Path]:
+def _expand(paths: Iterable[str | Path], include: list[str], exclude: list[str]) -> Iterator[tuple[Path, bool]]:
+    """Each file to read once, and whether it was found in a folder (not named directly)."""
+    seen: set[tuple[int, int]] = set()
     any_path = False
     for raw in paths:
         any_path = True
         path = Path(raw)
         if path.is_dir():
-            files = sorted(p for p in path.rglob("*") if p.is_file())
-            supported = [p for p in files if p.suffix.lower() in TEXT_SUFFIXES]
-            skipped = len(files) - len(supported)
-            if skipped:
-                log.warning("%s: skipped %d file(s) whose type is not one of %s", path, skipped,
-                            sorted(TEXT_SUFFIXES))
-            if not supported:
-                raise DocumentError(f"{path}: folder holds no supported file ({sorted(TEXT_SUFFIXES)})")
-            yield from supported
-        elif path.is_file():
-            yield path
+            for file in _walk(path):
+                rel = file.relative_to(path).as_posix()
+                if include and not any(fnmatch.fnmatch(rel, g) or fnmatch.fnmatch(file.name, g) for g in include):
+                    continue
+                if any(fnmatch.fnmatch(rel, g) or fnmatch.fnmatch(file.name, g) for g in exclude):
+                    continue
+                if _first_time(file, seen):
+                    yield file, True
+        elif path.exists():
+            if _first_time(path, seen):
+                yield path, False
         else:
             raise DocumentError(f"{path}: no such file or folder")
     if not any_path:
         raise DocumentError("no input paths given")
 
 
+def _walk(folder: Path) -> Iterator[Path]:
+    """The files under ``folder`` in sorted order, following links to folders but never into a folder
+    already on the way down (a link loop)."""
+    def visit(d: Path, ancestors: frozenset[tuple[int, int]]) -> Iterator[Path]:
+        try:
+            entries = sorted(os.scandir(d), key=lambda e: e.name)
+        except OSError as exc:
+            raise DocumentError(f"{d}: folder cannot be read ({exc.strerror or exc})") from None
+        for entry in entries:
+            p = Path(entry.path)
+            if entry.is_dir():  # follows links
+                st = p.stat()
+                key = (st.st_dev, st.st_ino)
+                if key in ancestors:
+                    log.warning("%s: not followed: a link back to the folder %s above it", p, p.resolve())
+                    continue
+                yield from visit(p, ancestors | {key})
+            elif entry.is_file():
+                yield p
+            elif entry.is_symlink():
+                log.warning("%s: skipped: a broken link", p)
+    st = folder.stat()
+    yield from visit(folder, frozenset({(st.st_dev, st.st_ino)}))
+
+
+def _first_time(path: Path, seen: set[tuple[int, int]]) -> bool:
+    try:
+        st = path.stat()
+    except OSError:
+        return True  # read_file names the problem
+    key = (st.st_dev, st.st_ino)
+    if key in seen:
+        log.info("%s: already read (the same file reached twice)", path)
+        return False
+    seen.add(key)
+    return True
+
+
 def read_file(path: str | Path) -> list[Document]:
     """Read one file; a JSONL file gives one document per line."""
     path = Path(path)
-    kind = TEXT_SUFFIXES.get(path.suffix.lower())
-    if kind is None:
-        raise DocumentError(f"{path}: unsupported file type {path.suffix!r}; supported: {sorted(TEXT_SUFFIXES)}")
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise DocumentError(f"{path}: cannot be read ({exc.strerror or exc})") from exc
+    name = path.name.lower()
+    for suffix, (magic, opener) in COMPRESSIONS.items():
+        if name.endswith(suffix) or magic.match(data):
+            data = _decompress(path, data, suffix, opener)
+            name = name.removesuffix(suffix)
+            break
     if not data.strip():
-        raise DocumentError(f"{path}: file is empty")
+        raise NotText(f"{path}: file is empty")
+    kind = "rst" if name.endswith(".rst.txt") else NAMED_TYPES.get(os.path.splitext(name)[1], "text")
     if kind == "pdf":
         return [_read_pdf(path, data)]
     text = _decode(path, data)
@@ -111,12 +207,35 @@ def read_file(path: str | Path) -> list[Document]:
         return _read_jsonl(str(path), text.splitlines())
     if kind == "html":
         return [_read_html(path, text)]
+    if kind == "text" and roff.looks_like_roff(text):
+        page, headings = roff.to_text(text)
+        if not page.strip():
+            raise NotText(f"{path}: man page without text (only requests, such as a .so link to another page)")
+        return [_text_document(str(path), page, "text", headings=headings)]
+    if kind == "rst":
+        return [_text_document(str(path), text, "text", headings=_rst_headings(text))]
     return [_text_document(str(path), text, kind)]
+
+
+def _decompress(path: Path, data: bytes, suffix: str, opener: Callable[[IO[bytes]], IO[bytes]]) -> bytes:
+    import io
+
+    try:
+        with opener(io.BytesIO(data)) as f:
+            out = f.read(MAX_DECOMPRESSED + 1)
+    except (OSError, EOFError, lzma.LZMAError) as exc:
+        raise NotText(f"{path}: not a readable {suffix} file ({exc})") from None
+    if len(out) > MAX_DECOMPRESSED:
+        raise NotText(f"{path}: decompresses to more than {MAX_DECOMPRESSED >> 30} GiB; "
+                            "decompress it yourself if it is meant to be read")
+    return out
 
 
 # Byte-order marks of the encodings read besides UTF-8; UTF-32 first (its LE mark starts like UTF-16's).
 _BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
          (codecs.BOM_UTF16_LE, "utf-16"), (codecs.BOM_UTF16_BE, "utf-16"))
+# Control characters that text does not hold (tab, newlines, form feed and escape are allowed).
+_CONTROL = bytes(set(range(32)) - {9, 10, 12, 13, 27}) + b"\x7f"
 
 
 def _decode(path: Path, data: bytes) -> str:
@@ -125,14 +244,17 @@ def _decode(path: Path, data: bytes) -> str:
             try:
                 return data.decode(encoding)  # the codec reads and drops the mark
             except UnicodeDecodeError as exc:
-                raise DocumentError(f"{path}: starts with a {encoding.upper()} byte-order mark but is not valid "
-                                    f"{encoding.upper()} (offset {exc.start}); convert it to UTF-8 first") from None
+                raise NotText(f"{path}: starts with a {encoding.upper()} byte-order mark but is not valid "
+                              f"{encoding.upper()} (offset {exc.start}); convert it to UTF-8 first") from None
     if b"\x00" in data:
-        raise DocumentError(f"{path}: looks binary (contains NUL bytes); expected UTF-8 text")
+        raise NotText(f"{path}: binary (contains NUL bytes)")
+    head = data[:8192]
+    if len(head.translate(None, _CONTROL)) < 0.9 * len(head):
+        raise NotText(f"{path}: binary (over 10% control characters)")
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise DocumentError(
+        raise NotText(
             f"{path}: not valid UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
             "convert it to UTF-8 first"
         ) from None
@@ -164,6 +286,27 @@ def _markdown_headings(text: str) -> tuple[tuple[int, str], ...]:
             if m:
                 headings.append((offset, m.group(2).strip()))
         offset += len(line)
+    return tuple(headings)
+
+
+# An underline (and optional overline) of one repeated punctuation character, at least as long as the title.
+_RST_ADORNMENT = re.compile(r"""^([=\-`:'"~^_*+#<>.])\1+\s*$""")
+
+
+def _rst_headings(text: str) -> tuple[tuple[int, str], ...]:
+    """reStructuredText section titles (a line underlined, or over- and underlined, with one repeated
+    punctuation character), with the offsets of their title lines."""
+    lines = text.splitlines(keepends=True)
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line))
+    headings = []
+    for i in range(1, len(lines)):
+        title = lines[i - 1].strip()
+        under = lines[i].rstrip()
+        if (title and not _RST_ADORNMENT.match(title) and _RST_ADORNMENT.match(under)
+                and len(under) >= len(title) and not lines[i - 1][:1].isspace()):
+            headings.append((offsets[i - 1], title))
     return tuple(headings)
 
 

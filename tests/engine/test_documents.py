@@ -89,7 +89,12 @@ def test_pdf_pages(tmp_path):
 @pytest.mark.parametrize("name, content, message", [
     ("empty.txt", b"", "file is empty"),
     ("blank.md", b"  \n\t\n", "file is empty"),
-    ("bin.txt", b"abc\x00\x01def", "looks binary"),
+    ("bin.txt", b"abc\x00\x01def", r"binary \(contains NUL bytes\)"),
+    ("ctrl.dat", b"\x01\x02\x03\x04abc", r"binary \(over 10% control characters\)"),
+    ("bad.gz", b"\x1f\x8b\x08not really gzip", "not a readable .gz file"),
+    ("README.xz", b"plain text, not xz", "not a readable .xz file"),
+    ("empty.bz2", __import__("bz2").compress(b" \n"), "file is empty"),
+    ("only-a-link.1", b'.TH FOO 1\n.so man1/bar.1\n', "man page without text"),
     ("latin1.txt", "caf\u00e9".encode("latin-1"), r"not valid UTF-8 \(byte 0xe9 at offset 3\)"),
     ("bad.jsonl", b'{"text": "ok"}\n{oops\n', r"bad.jsonl:2: invalid JSON"),
     ("list.jsonl", b'["text"]\n', "must be a JSON object; got list"),
@@ -98,7 +103,6 @@ def test_pdf_pages(tmp_path):
     ("emptyrec.jsonl", b'{"text": "  "}\n', "holds no text"),
     ("bad.pdf", b"%PDF-1.4 this is not really a pdf", "not a readable PDF"),
     ("script.html", b"<script>only()</script>", "no visible text"),
-    ("data.csv", b"a,b\n1,2\n", "unsupported file type '.csv'"),
 ])
 def test_bad_files_are_named_errors(tmp_path, name, content, message):
     path = tmp_path / name
@@ -118,7 +122,7 @@ def test_missing_and_unreadable_paths(tmp_path):
         read_paths([])
     empty = tmp_path / "empty_dir"
     empty.mkdir()
-    with pytest.raises(DocumentError, match="folder holds no supported file"):
+    with pytest.raises(DocumentError, match="no files found"):
         read_paths([empty])
 
 
