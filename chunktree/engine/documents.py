@@ -43,7 +43,7 @@ log = logging.getLogger(__name__)
 NAMED_TYPES = {".md": "markdown", ".markdown": "markdown", ".rst": "rst", ".pdf": "pdf", ".html": "html",
                ".htm": "html", ".jsonl": "jsonl"}
 # Compression by suffix, and by the magic bytes at the start of the file.
-COMPRESSIONS: dict[str, tuple[re.Pattern[bytes], Callable[[IO[bytes]], IO[bytes]]]] = {
+COMPRESSIONS: dict[str, tuple[re.Pattern[bytes], Callable[[IO[bytes]], Any]]] = {
     ".gz": (re.compile(b"\x1f\x8b\x08"), lambda f: gzip.GzipFile(fileobj=f)),
     ".bz2": (re.compile(b"BZh[1-9]1AY&SY"), lambda f: bz2.BZ2File(f)),
     ".xz": (re.compile(b"\xfd7zXZ\x00"), lambda f: lzma.LZMAFile(f)),
@@ -217,7 +217,7 @@ def read_file(path: str | Path) -> list[Document]:
     return [_text_document(str(path), text, kind)]
 
 
-def _decompress(path: Path, data: bytes, suffix: str, opener: Callable[[IO[bytes]], IO[bytes]]) -> bytes:
+def _decompress(path: Path, data: bytes, suffix: str, opener: Callable[[IO[bytes]], Any]) -> bytes:
     import io
 
     try:
