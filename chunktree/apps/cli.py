@@ -196,6 +196,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "the query-only reader; see the docs, Read)")
     p.add_argument("--window-tokens", type=int, default=4096, help="LLM context window (default %(default)s)")
     p.add_argument("--trace", type=Path, default=None, help="write one JSON line per worker step here")
+    p.add_argument("--evidence", type=int, default=10, metavar="N",
+                   help="text format: show the N best evidence items of the memory (default %(default)s)")
     p.add_argument("--format", choices=("text", "json"), default="text",
                    help="text: the answer and the evidence in memory; json: the whole result, every worker "
                         "step included (default %(default)s)")
@@ -612,6 +614,8 @@ def cmd_select(args: argparse.Namespace) -> int:
 def cmd_read(args: argparse.Namespace) -> int:
     from chunktree.engine.read import ChatClient, read
 
+    if args.evidence < 0:
+        raise InvalidValueError(f"--evidence must be >= 0; got {args.evidence}")
     llm = None
     if not args.extractive:
         if not (args.llm_base_url or os.environ.get("CHUNKTREE_LLM_BASE_URL") or os.environ.get("OPENAI_BASE_URL")):
@@ -631,13 +635,15 @@ def cmd_read(args: argparse.Namespace) -> int:
     print(f"\nanswer:\n{result.answer}")
     evidence = result.memory.get("evidence", [])
     if evidence:
-        print("\nevidence in memory:")
-        for item in evidence[:10]:
+        shown = evidence[:args.evidence]
+        print(f"\nevidence in memory ({len(shown)} of {len(evidence)} shown, best first; --evidence N shows more; "
+              "#chunk id and [start:end] character offsets count from 0, as in --format json):")
+        for rank, item in enumerate(shown, 1):
             i = item.get("chunk")
             c = chunks[i] if isinstance(i, int) and 0 <= i < len(chunks) else None
             start, end = (item["start"], item["end"]) if "start" in item else (c.start, c.end) if c else (None, None)
             where = f"#{i} {c.source} [{start}:{end}]" if c else f"#{i}"
-            print(f"  {where}: {_snippet(str(item.get('quote', '')), 120)}")
+            print(f"  {rank}. {where}: {_snippet(str(item.get('quote', '')), 120)}")
     if args.trace:
         print(f"\ntrace: {args.trace}")
     return 0

@@ -66,7 +66,7 @@ def test_memory_aware_worker_needs_the_first_hop_before_the_second():
     vectors = np.array([[0.8, 0, 0.6], [0.9798, 0, 0.2], [0, 0.9165, 0.4], [0, -0.893, 0.45]], dtype=np.float32)
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)
     sentences = Sentences(chunk=np.arange(4), start=np.zeros(4, np.int64), end=np.ones(4, np.int64),
-                          tokens=np.ones(4, np.int64), vectors=vectors, indptr=np.arange(5))
+                          tokens=np.ones(4, np.int64), vectors=vectors, indptr=np.arange(5), key=np.arange(4))
     scores = vectors @ np.array([0, 0, 1], np.float32)
 
     def kept(seq, weight):

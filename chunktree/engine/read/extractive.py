@@ -72,9 +72,36 @@ def split_sentences(text: str) -> list[tuple[int, int]]:
     return spans
 
 
+# What a quotable sentence is not: a heading's underline or a rule (a run of one punctuation mark),
+# and a leading list marker ("a.", "*", "-", "12)") is not part of it.
+_ADORNMENT = re.compile(r"([=\-~^*#_+`])\1{3,}")
+_LIST_MARKER = re.compile(r"^(?:[*+\-•]|\(?[0-9]{1,3}[.)]|\(?[a-zA-Z][.)])\s+")
+_ENDS_SENTENCE = re.compile(r"""[.!?:;]["'’”)\]]*$""")
+_WORD = re.compile(r"[^\W\d_]{2,}")
+
+
+def quotable(sentence: str, last: bool) -> bool:
+    """Whether a sentence reads on its own: at least three words, no heading underline or rule, not a
+    heading-like fragment (under eight words without an end mark), not the tail of a sentence (it
+    starts in lower case, as one cut by its chunk's start or split at an abbreviation does), and not
+    cut by its chunk's end (the chunk's ``last`` sentence without an end mark)."""
+    body = _LIST_MARKER.sub("", sentence.strip())
+    if len(_WORD.findall(body)) < 3 or _ADORNMENT.search(body) or body.startswith("#"):
+        return False
+    ended = bool(_ENDS_SENTENCE.search(body))
+    if not ended and (last or len(body.split()) < 8):
+        return False
+    return not body[:1].islower()
+
+
+def plain(sentence: str) -> str:
+    """The sentence as the answer shows it: on one line, without a list marker."""
+    return _LIST_MARKER.sub("", " ".join(sentence.split()))
+
+
 @dataclass(frozen=True)
 class Sentences:
-    """The sentences of a list of chunk texts, embedded once.
+    """The quotable sentences (``quotable``) of a list of chunk texts, embedded once.
 
     Attributes
     ----------
@@ -86,6 +113,10 @@ class Sentences:
         float32 (m, d), unit rows.
     indptr
         int64 (n_chunks + 1,), the sentences of chunk i are ``indptr[i]:indptr[i + 1]``.
+    key
+        int64 (m,), the same number for sentences with the same words (case, spacing and list
+        markers aside): the memory holds one of each, so overlapping chunks and repeated passages
+        are not quoted twice.
     """
 
     chunk: np.ndarray
@@ -94,25 +125,38 @@ class Sentences:
     tokens: np.ndarray
     vectors: np.ndarray
     indptr: np.ndarray
+    key: np.ndarray
 
     @classmethod
-    def of(cls, texts: Sequence[str], embedder: Any, cache: EmbeddingCache | None = None) -> Sentences:
-        spans = [(i, a, b) for i, text in enumerate(texts) for a, b in split_sentences(text)]
+    def of(cls, texts: Sequence[str], embedder: Any, cache: EmbeddingCache | None = None,
+           progress: bool = False) -> Sentences:
+        spans = []
+        for i, text in enumerate(texts):
+            found = split_sentences(text)
+            spans += [(i, a, b) for k, (a, b) in enumerate(found)
+                      if quotable(text[a:b], last=k == len(found) - 1)]
         sentence_texts = [texts[i][a:b] for i, a, b in spans]
-        vectors, _ = embed_texts(sentence_texts, embedder, cache)
+        vectors, _ = embed_texts(sentence_texts, embedder, cache, progress=progress)
         table = np.array(spans, dtype=np.int64).reshape(-1, 3)
         indptr = np.searchsorted(table[:, 0], np.arange(len(texts) + 1)).astype(np.int64)
-        return cls(table[:, 0], table[:, 1], table[:, 2], embedder.count_tokens(sentence_texts), vectors, indptr)
+        keys: dict[str, int] = {}
+        key = np.array([keys.setdefault(plain(t).casefold(), len(keys)) for t in sentence_texts], dtype=np.int64)
+        return cls(table[:, 0], table[:, 1], table[:, 2], embedder.count_tokens(sentence_texts), vectors, indptr, key)
 
 
-def keep_best(candidates: list[tuple[float, int, int]], budget: int) -> list[tuple[float, int, int]]:
+def keep_best(candidates: list[tuple[float, int, int]], budget: int,
+              key: np.ndarray | None = None) -> list[tuple[float, int, int]]:
     """The memory update: candidates (score, tokens, sentence id) taken by descending score
-    (ties: lower id first), each kept if it still fits the token budget."""
-    kept, used = [], 0
+    (ties: lower id first), each kept if it still fits the token budget and, given ``key`` (one per
+    sentence id), no sentence with its key is kept yet."""
+    kept, used, taken = [], 0, set()
     for cand in sorted(candidates, key=lambda c: (-c[0], c[2])):
-        if used + cand[1] <= budget:
+        k = None if key is None else int(key[cand[2]])
+        if used + cand[1] <= budget and k not in taken:
             kept.append(cand)
             used += cand[1]
+            if k is not None:
+                taken.add(k)
     return kept
 
 
@@ -154,7 +198,7 @@ class ExtractiveWorker:
             context = sim.max(axis=1)
             scores += self.memory_weight * np.where(np.isfinite(context), context, 0.0)
         offered = [(float(v), int(s.tokens[j]), int(j)) for v, j in zip(scores.tolist(), pool.tolist())]
-        self.kept = keep_best(offered, self.memory_tokens)
+        self.kept = keep_best(offered, self.memory_tokens, s.key)
         return offered[kept.size:]
 
     def step(self, index: int, group: list[tuple[int, str]], memory: dict[str, Any]) -> tuple[Step, dict[str, Any]]:
@@ -182,4 +226,5 @@ class ExtractiveWorker:
         return {"conclusion": evidence[0]["quote"] if evidence else "", "open_questions": [], "evidence": evidence}
 
     def answer(self, memory: dict[str, Any]) -> str:
-        return " ".join(e["quote"] for e in memory["evidence"])
+        """The kept sentences, best first, each on one line of its own."""
+        return "\n".join(plain(e["quote"]) for e in memory["evidence"])

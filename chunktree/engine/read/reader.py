@@ -162,10 +162,11 @@ def read(
                                     f"instructions ({fixed}), the memory and the reply ({memory_tokens} each); "
                                     "raise it or lower memory_tokens")
     if sequence is None:
-        seq = order(items, query, strategy=strategy, embedder=embedder, cache=cache).order.tolist()  # type: ignore[arg-type]  # chunks or strings
+        seq = order(items, query, strategy=strategy, embedder=embedder, cache=cache,
+                    progress=progress).order.tolist()  # type: ignore[arg-type]  # chunks or strings
     t1 = time.perf_counter()
     if llm is None:
-        worker = _extractive_worker(texts, provenance, query, embedder, cache, memory_tokens, memory_weight)
+        worker = _extractive_worker(texts, provenance, query, embedder, cache, memory_tokens, memory_weight, progress)
         groups = [[(i, texts[i])] for i in seq]
     else:
         groups = pack([(i, texts[i]) for i in seq], provenance, tokens, room)
@@ -194,10 +195,11 @@ def read(
 
 
 def _extractive_worker(texts: list[str], provenance: list[Chunk | None], query: str | None, embedder: Any,
-                       cache: EmbeddingCache | None, memory_tokens: int, memory_weight: float) -> ExtractiveWorker:
+                       cache: EmbeddingCache | None, memory_tokens: int, memory_weight: float,
+                       progress: bool = False) -> ExtractiveWorker:
     """The extractive worker for these texts: sentences scored by similarity to the query, or
     without a query to the centroid of all sentences."""
-    sentences = Sentences.of(texts, embedder, cache)
+    sentences = Sentences.of(texts, embedder, cache, progress=progress)
     if query is not None:
         target = embed_texts([query], embedder, cache)[0][0]
     else:  # summarising: closeness to the whole text's centroid

@@ -133,3 +133,48 @@ def test_sentences_run_across_hard_line_breaks_but_not_across_paragraphs_or_head
     assert got == ["# Why a loaf does not rise", "A loaf that stays flat was proofed wrongly.",
                    "Under-proofed dough has\nnot made enough gas and tears open.", "A weak starter slows it down.",
                    "- a list item", "1. a numbered one"]
+
+
+def test_the_extractive_answer_reads_whole_sentences_once(embedder):
+    """Chunks as a real folder gives them: an reStructuredText title with its underline, list markers,
+    hard-wrapped lines, overlapping chunks that share a sentence, the same sentence in two files, and
+    chunks cut in the middle of a sentence."""
+    from chunktree.engine.read.extractive import plain
+
+    rbash = ("6.10 The Restricted Shell\n=========================\n\nIf Bash is started with the name rbash, the\n"
+             "shell becomes restricted. A restricted shell may not change directories with cd.\n"
+             "It may not set or unset the values of SHELL, PATH or ENV.\n")
+    news = ("a.  A restricted shell may not change directories with cd.\nb.  Restricted shells can no longer "
+            "redirect from /dev/tcp, since the kernel calls make those descriptors read-write.\n")
+    cut = len(rbash) // 2 + 7  # the second chunk starts inside a sentence and overlaps the first
+    texts = [(rbash[:cut + 30], "RBASH", 0), (rbash[cut:], "RBASH", cut), (news, "NEWS", 0),
+             ("the first chunk's sentence ends here. Restricted mode forbids changing PATH in the restricted "
+              "shell and the last sentence of this chunk is cut in the mid", "COMPAT", 500)]
+    chunks = [Chunk(id=i, text=t, source=src, index=i, start=start, end=start + len(t))
+              for i, (t, src, start) in enumerate(texts)]
+    docs = {"RBASH": rbash, "NEWS": news}
+    r = read(chunks, "What may a restricted shell not do?", strategy="document", embedder=embedder, memory_tokens=400)
+    lines = r.answer.splitlines()
+    assert lines and len(lines) == len({line.casefold() for line in lines})  # no duplicates
+    assert "A restricted shell may not change directories with cd." in lines  # in RBASH and NEWS, once
+    for line in lines:
+        assert "===" not in line and not line.startswith(("a.", "b.", "#")) and "\n" not in line
+        assert line[0].isupper() and line[-1] in ".!?:;", line  # whole sentences, no tails or cut ends
+    for item in r.memory["evidence"]:  # each item says where it is: the quote is the source's own text
+        assert {"source", "start", "end", "chunk"} <= set(item)
+        if item["source"] in docs:
+            assert docs[item["source"]][item["start"]:item["end"]] == item["quote"]
+    assert [plain(e["quote"]) for e in r.memory["evidence"]] == lines
+
+
+def test_read_prints_how_much_evidence_it_shows(tmp_path, capsys):
+    from chunktree.apps.cli import main
+
+    assert main(["--no-progress", "read", "examples/notes", "--extractive", "--no-cache", "-q", "Why does a loaf "
+                 "not rise?", "--evidence", "2"]) == 0
+    out = capsys.readouterr().out
+    found = len(out.split("evidence in memory")[1].splitlines()) - 1
+    assert "(2 of " in out and found == 2
+    assert "#chunk id and [start:end] character offsets count from 0" in out
+    assert main(["read", "examples/notes", "--extractive", "--evidence", "-1"]) == 2
+    assert "--evidence must be >= 0; got -1" in capsys.readouterr().err
