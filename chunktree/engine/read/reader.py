@@ -162,8 +162,8 @@ def read(
                                     f"instructions ({fixed}), the memory and the reply ({memory_tokens} each); "
                                     "raise it or lower memory_tokens")
     if sequence is None:
-        seq = order(items, query, strategy=strategy, embedder=embedder, cache=cache,
-                    progress=progress).order.tolist()  # type: ignore[arg-type]  # chunks or strings
+        seq = order(items, query, strategy=strategy, embedder=embedder, cache=cache,  # type: ignore[arg-type]  # chunks or strings
+                    progress=progress).order.tolist()
     t1 = time.perf_counter()
     if llm is None:
         worker = _extractive_worker(texts, provenance, query, embedder, cache, memory_tokens, memory_weight, progress)
