@@ -328,7 +328,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="extra wait for other requests to batch with (default %(default)s: batch whatever "
                         "queued while the model was busy)")
     p.add_argument("--no-batching", action="store_true", help="one model call per request")
-    p.add_argument("--max-texts", type=int, default=256, help="texts per request (default %(default)s)")
+    p.add_argument("--max-texts", type=int, default=256,
+                   help="texts per /v1/embeddings request; more is refused with 413 (default %(default)s)")
+    p.add_argument("--max-chunks", type=int, default=10_000,
+                   help="texts or vectors per /v1/order and /v1/select request; more is refused with 413 "
+                        "(default %(default)s)")
+    p.add_argument("--max-body-mb", type=float, default=8.0,
+                   help="megabytes (MiB) per request body; more is refused with 413 (default %(default)s; "
+                        "10,000 vectors of 384 numbers take about 30-80)")
     p.add_argument("--max-queue", type=int, default=4096, help="texts waiting before 503 (default %(default)s)")
     p.add_argument("--queue-timeout", type=float, default=10.0, metavar="SECONDS",
                    help="the longest a request waits for the model: one that would wait longer (by the "
@@ -340,6 +347,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-conversations", type=int, default=1000,
                    help="conversations held in memory; the least recently used is evicted (default %(default)s)")
     p.add_argument("--max-turns", type=int, default=10_000, help="turns per conversation (default %(default)s)")
+    _add_cache_args(p)
     p.add_argument("--metrics-public", action="store_true",
                    help="leave GET /metrics open when an API key is required (default: it needs the key too)")
     _add_decider_arg(p)
@@ -831,18 +839,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
         api_key = os.environ.get(args.api_key_env)
         if not api_key:
             raise InvalidValueError(f"--api-key-env {args.api_key_env}: that environment variable is not set or empty")
-    limits = Limits(max_texts=args.max_texts, max_queue=args.max_queue, max_batch=args.max_batch,
+    if not args.max_body_mb > 0:
+        raise InvalidValueError(f"--max-body-mb must be > 0; got {args.max_body_mb}")
+    limits = Limits(max_texts=args.max_texts, max_chunks=args.max_chunks, max_body=int(args.max_body_mb * 2**20),
+                    max_queue=args.max_queue, max_batch=args.max_batch,
                     max_wait_ms=args.max_wait_ms, batching=not args.no_batching, queue_timeout_s=args.queue_timeout,
                     max_conversations=args.max_conversations, max_turns=args.max_turns)
     from chunktree.track.forest import load_decider
 
     decider = load_decider(args.decider) or "thresholds"  # a bad file fails before the model loads
     embedder = _embedder(args)
+    from chunktree.paths import cache_dir
+
+    cache = None if args.no_cache else args.cache or cache_dir() / "embeddings.sqlite"
     app = create_app(embedder, api_key=api_key, limits=limits, metrics_public=args.metrics_public,
-                     conversations_dir=args.conversations, decider=decider)
+                     conversations_dir=args.conversations, decider=decider, cache=cache)
     print(f"chunktree serve: {embedder.model_id} ({embedder.backend} {embedder.precision}) on http://{args.host}:{args.port} "
           f"(batching {'off' if args.no_batching else f'<= {args.max_batch} texts, {args.max_wait_ms} ms'}"
-          f"{', API key required' if api_key else ''})", flush=True)
+          f"{', API key required' if api_key else ''}; embedding cache {cache or 'off'})", flush=True)
     uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
     return 0
 

@@ -2,7 +2,8 @@
 
 SQLite in WAL mode lets several processes read and write the same file: writers take turns under
 SQLite's own locking (waiting up to ``timeout`` seconds), and a row written twice by two processes
-is harmless, since the same key always maps to the same vector.
+is harmless, since the same key always maps to the same vector. Within a process, one cache may be
+used from several threads (the service's requests): its connection is used by one at a time.
 
 What is read is verified, not trusted:
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import sqlite3
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -89,13 +91,14 @@ class EmbeddingCache:
         self.path = Path(path) if path is not None else cache_dir() / "embeddings.sqlite"
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.timeout = timeout
+        self._lock = threading.RLock()  # the connection is shared by threads, one statement at a time
         try:
             self._db = self._open()
         except sqlite3.DatabaseError as exc:
             self._quarantine(exc)  # re-raises what is not damage
 
     def _open(self) -> sqlite3.Connection:
-        db = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None)
+        db = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False)
         try:
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
@@ -145,7 +148,8 @@ class EmbeddingCache:
             try:
                 rows = self._lookup(model, dim, part)
             except sqlite3.DatabaseError as exc:
-                self._quarantine(exc)  # a new, empty cache: everything from here on is a miss
+                with self._lock:
+                    self._quarantine(exc)  # a new, empty cache: everything from here on is a miss
                 break
             for i, key in enumerate(part, start):
                 row = rows.get(key)
@@ -164,9 +168,10 @@ class EmbeddingCache:
 
     def _lookup(self, model: str, dim: int, keys: list[bytes]) -> dict[bytes, tuple[bytes, bytes | None]]:
         marks = ",".join("?" * len(keys))
-        return {key: (blob, checksum) for key, blob, checksum in self._db.execute(
-            f"SELECT text_sha256, vector, checksum FROM embeddings WHERE model = ? AND dim = ? "
-            f"AND text_sha256 IN ({marks})", (model, dim, *keys))}
+        with self._lock:
+            return {key: (blob, checksum) for key, blob, checksum in self._db.execute(
+                f"SELECT text_sha256, vector, checksum FROM embeddings WHERE model = ? AND dim = ? "
+                f"AND text_sha256 IN ({marks})", (model, dim, *keys))}
 
     def put(self, model: str, texts: Sequence[str], vectors: np.ndarray) -> None:
         """Store ``vectors`` (float32, (len(texts), dim)) in one transaction."""
@@ -178,11 +183,12 @@ class EmbeddingCache:
         for t, v in zip(texts, vectors):
             key, blob = text_key(t), v.tobytes()
             rows.append((model, key, dim, blob, row_checksum(model, key, blob)))
-        try:
-            self._insert(rows)
-        except sqlite3.DatabaseError as exc:
-            self._quarantine(exc)
-            self._insert(rows)
+        with self._lock:
+            try:
+                self._insert(rows)
+            except sqlite3.DatabaseError as exc:
+                self._quarantine(exc)
+                self._insert(rows)
 
     def _insert(self, rows: list[tuple[str, bytes, int, bytes, bytes]]) -> None:
         # REPLACE: a row that failed its check on reading is overwritten by its re-embedded vector.
@@ -192,10 +198,12 @@ class EmbeddingCache:
                                  "VALUES (?, ?, ?, ?, ?)", rows)
 
     def __len__(self) -> int:
-        return int(self._db.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0])
+        with self._lock:
+            return int(self._db.execute("SELECT COUNT(*) FROM embeddings").fetchone()[0])
 
     def close(self) -> None:
-        self._db.close()
+        with self._lock:
+            self._db.close()
 
     def __enter__(self) -> EmbeddingCache:
         return self

@@ -129,6 +129,114 @@ def test_order_equals_library(service, embedder):
     assert [c["id"] for c in doc["chunks"]] == doc["order"] and doc["chunks"][0]["parent"] is None
 
 
+MOBY = None
+
+
+def moby_sentences(n):
+    """``n`` distinct sentences of the sample corpus (Moby-Dick), 30-300 characters each."""
+    global MOBY
+    if MOBY is None:
+        import re
+
+        from chunktree import sample_documents
+
+        seen = {}
+        for doc in sample_documents():
+            for sentence in re.split(r"(?<=[.!?])\s+", " ".join(doc.text.split())):
+                if 30 <= len(sentence) <= 300:
+                    seen.setdefault(sentence, None)
+        MOBY = list(seen)
+    return MOBY[:n]
+
+
+@pytest.fixture(scope="module")
+def cached_service(embedder, tmp_path_factory):
+    """A service with an embedding cache file and order/select limited to 1,200 chunks."""
+    cache = tmp_path_factory.mktemp("served") / "embeddings.sqlite"
+    with Served(create_app(embedder, limits=Limits(max_chunks=1_200), cache=cache)) as s:
+        s.cache = cache
+        yield s
+
+
+def test_order_and_select_take_a_thousand_texts_and_embed_them_once(cached_service, embedder, cli, tmp_path):
+    texts = moby_sentences(1_000)
+    q = "Why does Ahab hunt the white whale?"
+    first = HTTP.post(cached_service.url + "/v1/order", json={"texts": texts, "query": q}, timeout=120)
+    assert first.status_code == 200, first.text
+    second = HTTP.post(cached_service.url + "/v1/order", json={"texts": texts, "query": q}, timeout=120)
+    assert second.status_code == 200
+    a, b = first.json(), second.json()
+    assert (a["embedding"]["embedded"], a["embedding"]["cache_hits"]) == (1_000, 0)
+    assert (b["embedding"]["embedded"], b["embedding"]["cache_hits"]) == (0, 1_000)  # the second call is served
+    assert a["order"] == b["order"] and sorted(a["order"]) == list(range(1_000))
+    selected = HTTP.post(cached_service.url + "/v1/select", json={"texts": texts, "k": 20}, timeout=120).json()
+    assert selected["embedding"]["cache_hits"] == 1_000 and len(selected["clusters"]) == 20
+    # the CLI on the same texts (one JSONL record each, one chunk each) with the same cache file agrees
+    (tmp_path / "moby.jsonl").write_text("".join(json.dumps({"text": t}) + "\n" for t in texts), encoding="utf-8")
+    run = cli("--no-progress", "order", tmp_path / "moby.jsonl", "-q", q, "--cache", cached_service.cache,
+              "--format", "json")
+    assert run.returncode == 0, run.stderr
+    printed = json.loads(run.stdout)
+    assert printed["n_chunks"] == 1_000 and printed["embedding"]["cache_hits"] == 1_000
+    assert printed["order"] == a["order"] and printed["root"] == a["root"]
+    run = cli("--no-progress", "select", tmp_path / "moby.jsonl", "-k", "20", "--cache", cached_service.cache,
+              "--format", "json")
+    def picks(doc):  # the chunks picked; the CLI's also carry their file and offsets
+        return [[(r["id"], r["text"], round(r["distance"], 5)) for r in c["representatives"]] for c in doc["clusters"]]
+
+    assert picks(json.loads(run.stdout)) == picks(selected)
+
+
+def test_order_and_select_take_vectors_and_agree_with_the_cli(cached_service, embedder, cli, tmp_path):
+    texts = moby_sentences(300)
+    vectors = embedder.embed(texts)
+    q = "the white whale"
+    by_vectors = HTTP.post(cached_service.url + "/v1/order", json={"vectors": vectors.tolist(), "query": q},
+                           timeout=60).json()
+    want = order(vectors, embedder.embed([q])[0])
+    assert by_vectors["order"] == want.order.tolist() and by_vectors["root"] == want.root
+    np.save(tmp_path / "x.npy", vectors)
+    run = cli("--no-progress", "order", "--embeddings", tmp_path / "x.npy", "-q", q, "--no-cache", "--format", "json")
+    assert run.returncode == 0, run.stderr
+    assert json.loads(run.stdout)["order"] == by_vectors["order"]
+    picked = HTTP.post(cached_service.url + "/v1/select", json={"vectors": vectors.tolist(), "k": 7}, timeout=60).json()
+    assert [[r["id"] for r in c["representatives"]] for c in picked["clusters"]] == \
+        [list(c.representatives) for c in select(vectors, 7).clusters]
+
+
+@pytest.mark.parametrize("payload, status, message", [
+    ({"texts": ["a b c"] * 1_201}, 413, "'texts' holds 1,201 texts; the limit is max_chunks=1,200 per request "
+                                        "(raise it with chunktree serve --max-chunks N"),
+    ({"vectors": [[0.1, 0.2]] * 1_201}, 413, "the limit is max_chunks=1,200"),
+    ({"texts": ["a"], "vectors": [[1.0]]}, 422, "one of the two; got 'texts' and 'vectors'"),
+    ({}, 422, "one of the two; got neither"),
+    ({"vectors": [[1.0, 2.0], [3.0]]}, 422, "'vectors[1]' has 1 numbers; every vector must have the same"),
+    ({"vectors": [[1.0, "2"]]}, 422, "'vectors[0][1]' must be a number; got str"),
+    ({"vectors": [[1.0, True]]}, 422, "'vectors[0][1]' must be a number; got bool"),
+    ({"vectors": [[1.0, 1e39]]}, 422, "'vectors[0][1]' must be a finite float32 number"),
+    ({"vectors": [[]]}, 422, "same non-zero length"),
+    ({"vectors": "1,2"}, 422, "'vectors' must be a non-empty list of lists of numbers"),
+    ({"vectors": [[1.0, 0.0], [0.0, 1.0]], "query": "whale"}, 422, "'vectors' have 2 dims, but 'query' is embedded"),
+])
+def test_bad_chunks_are_refused_naming_the_field(cached_service, payload, status, message):
+    r = HTTP.post(cached_service.url + "/v1/order", json=payload)
+    assert r.status_code == status and message in r.json()["error"]["message"], r.text
+
+
+def test_embeddings_come_from_the_cache_on_a_second_call(cached_service, embedder):
+    texts = ["Call me Ishmael, once more.", "Some years ago, never mind how long."]
+    first = HTTP.post(cached_service.url + "/v1/embeddings", json={"input": texts}).json()
+    second = HTTP.post(cached_service.url + "/v1/embeddings", json={"input": texts}).json()
+    assert [d["embedding"] for d in first["data"]] == [d["embedding"] for d in second["data"]]
+    assert first["usage"] == second["usage"]
+    from chunktree.engine.cache import EmbeddingCache
+
+    with EmbeddingCache(cached_service.cache) as cache:
+        stored, found = cache.get(embedder.vectors_id, texts, embedder.dim)
+    assert found.all()
+    np.testing.assert_allclose(stored, np.array([d["embedding"] for d in first["data"]]), atol=1e-7)
+
+
 def test_select_equals_library(service, embedder):
     r = HTTP.post(service.url + "/v1/select", json={"texts": SENTENCES, "k": 2, "per_cluster": 2})
     assert r.status_code == 200
@@ -144,7 +252,8 @@ def test_select_equals_library(service, embedder):
 @pytest.mark.parametrize("path, payload, status, message", [
     ("/v1/embeddings", {"input": []}, 422, "'input' must not be empty"),
     ("/v1/embeddings", {"input": [1, 2]}, 422, "'input' must be a string or a list of strings; got list"),
-    ("/v1/embeddings", {"input": ["a"] * 9}, 422, "holds 9 texts; the limit is max_texts=8"),
+    ("/v1/embeddings", {"input": ["a"] * 9}, 413, "holds 9 texts; the limit is max_texts=8 per request (raise it "
+                                                  "with chunktree serve --max-texts N"),
     ("/v1/embeddings", {"input": ["x" * 501]}, 422, "has 501 characters; the limit is max_chars=500"),
     ("/v1/embeddings", {"input": [""]}, 422, "'input[0]' is an empty string"),
     ("/v1/embeddings", {"input": ["ok", " \n\t"]}, 422, "'input[1]' is only whitespace"),
@@ -165,7 +274,7 @@ def test_select_equals_library(service, embedder):
 def test_bad_requests(service, path, payload, status, message):
     r = HTTP.post(service.url + path, json=payload)
     assert r.status_code == status and message in r.json()["error"]["message"]
-    assert r.json()["error"]["type"] == "invalid_request_error"
+    assert r.json()["error"]["type"] == ("request_too_large" if status == 413 else "invalid_request_error")
 
 
 def test_responses_equal_the_cli_json(service, embedder, tmp_path, capsys):

@@ -39,13 +39,16 @@ async def _hung_up(request: Any) -> None:
 
 def create_app(embedder: Any = None, *, model: str | None = None, api_key: str | None = None,
                limits: Limits | None = None, metrics_public: bool = False,
-               conversations_dir: str | os.PathLike[str] | None = None, decider: Any = None) -> Any:
+               conversations_dir: str | os.PathLike[str] | None = None, decider: Any = None,
+               cache: str | os.PathLike[str] | None = None) -> Any:
     """The ASGI app. ``embedder`` (or an ``Embedder(model)``, or the default model, loaded at
     startup) is warmed up before ``/health`` reports ready. ``metrics_public`` leaves ``/metrics``
     open when an ``api_key`` is required. ``conversations_dir`` keeps every conversation's forest
     on disk (see ``conversations``). ``decider`` places every conversation's turns, as ``Forest``
     takes it (None: the shipped learned decider; ``"thresholds"``; a ``LearnedDecider`` or the
-    path of a decider file, read here so that a bad one fails before the server starts)."""
+    path of a decider file, read here so that a bad one fails before the server starts). ``cache``:
+    an SQLite embedding cache file (``EmbeddingCache``) that every endpoint embeds through; None:
+    no cache."""
     require("starlette", "serve", "chunktree serve")
     orjson = require("orjson", "serve", "chunktree serve")
     from starlette.applications import Starlette
@@ -64,9 +67,11 @@ def create_app(embedder: Any = None, *, model: str | None = None, api_key: str |
         except OSError as exc:
             raise InvalidValueError(f"conversations_dir {folder}: cannot create it or write in it "
                                     f"({exc.strerror or exc})") from None
+    from chunktree.engine.cache import EmbeddingCache
     from chunktree.track.forest import load_decider
 
-    service = Service(embedder, model, api_key, limits or Limits(), folder, load_decider(decider) or "thresholds")
+    service = Service(embedder, model, api_key, limits or Limits(), folder, load_decider(decider) or "thresholds",
+                      None if cache is None else EmbeddingCache(cache))
 
     class FastJSON(JSONResponse):
         """JSON through orjson: float32 arrays serialised directly, several times faster than json."""

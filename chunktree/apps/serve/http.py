@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any
 
+import numpy as np
+
 from chunktree.checks import InvalidTypeError, InvalidValueError, number, positive_int, unicode
 
 # OpenAI's error ``type`` for each status the service answers with.
@@ -30,11 +32,13 @@ class Limits:
     Attributes
     ----------
     max_texts
-        texts per request.
+        texts per ``/v1/embeddings`` request (``chunktree serve --max-texts``).
+    max_chunks
+        texts or vectors per ``/v1/order`` and ``/v1/select`` request (``--max-chunks``).
     max_chars
         characters per text.
     max_body
-        bytes per request body.
+        bytes per request body (``--max-body-mb``).
     max_queue
         texts waiting for the model; beyond it a request gets 503.
     queue_timeout_s
@@ -53,6 +57,7 @@ class Limits:
     """
 
     max_texts: int = 256
+    max_chunks: int = 10_000
     max_chars: int = 32_000
     max_body: int = 8 * 2**20
     max_queue: int = 4096
@@ -103,13 +108,14 @@ async def read_json(request: Any, limits: Limits) -> dict[str, Any]:
 
     declared = request.headers.get("content-length")
     if declared and declared.isdigit() and int(declared) > limits.max_body:
-        raise HTTPError(413, f"request body has {declared} bytes; the limit is max_body={limits.max_body}",
-                        code="body_too_large")
+        raise HTTPError(413, f"request body has {declared} bytes; the limit is max_body={limits.max_body} "
+                             "(chunktree serve --max-body-mb)", code="body_too_large")
     parts, size = [], 0
     async for part in request.stream():
         size += len(part)
         if size > limits.max_body:
-            raise HTTPError(413, f"request body passed max_body={limits.max_body} bytes", code="body_too_large")
+            raise HTTPError(413, f"request body passed max_body={limits.max_body} bytes (chunktree serve --max-body-mb)",
+                            code="body_too_large")
         parts.append(part)
     raw = b"".join(parts)
     try:
@@ -123,9 +129,18 @@ async def read_json(request: Any, limits: Limits) -> dict[str, Any]:
     return body
 
 
-def texts_field(body: dict[str, Any], field: str, limits: Limits, allow_single: bool = False) -> list[str]:
+def _count_limit(field: str, n: int, what: str, limit: int, name: str) -> None:
+    """413 ``too_many_items`` when ``n`` passes ``limit``, naming the limit and the flag that raises it."""
+    if n > limit:
+        flag = name.replace("_", "-")
+        raise HTTPError(413, f"'{field}' holds {n:,} {what}; the limit is {name}={limit:,} per request (raise it with "
+                             f"chunktree serve --{flag} N, or send fewer)", field, code="too_many_items")
+
+
+def texts_field(body: dict[str, Any], field: str, limits: Limits, allow_single: bool = False,
+                limit: str = "max_texts") -> list[str]:
     """``body[field]``: a non-empty list of non-empty strings within the limits (or one string
-    with ``allow_single``)."""
+    with ``allow_single``); ``limit`` names the count limit (413 past it)."""
     value = body.get(field)
     if allow_single and isinstance(value, str):
         value = [value]
@@ -134,8 +149,7 @@ def texts_field(body: dict[str, Any], field: str, limits: Limits, allow_single: 
         raise HTTPError(422, f"'{field}' must be {kind}; got {type(value).__name__}", field)
     if not value:
         raise HTTPError(422, f"'{field}' must not be empty", field)
-    if len(value) > limits.max_texts:
-        raise HTTPError(422, f"'{field}' holds {len(value)} texts; the limit is max_texts={limits.max_texts}", field)
+    _count_limit(field, len(value), "texts", getattr(limits, limit), limit)
     for i, text in enumerate(value):
         if not text.strip():
             raise HTTPError(422, f"'{field}[{i}]' is {'an empty string' if not text else 'only whitespace'}", field)
@@ -147,6 +161,31 @@ def texts_field(body: dict[str, Any], field: str, limits: Limits, allow_single: 
         except InvalidValueError as exc:
             raise HTTPError(422, str(exc), field) from None
     return value
+
+
+def vectors_field(body: dict[str, Any], field: str, limits: Limits) -> np.ndarray:
+    """``body[field]``: a non-empty list of equally long, non-empty lists of finite numbers, at most
+    ``max_chunks`` of them, as float32 (n, d)."""
+    value = body.get(field)
+    if not isinstance(value, list) or not value or not all(isinstance(row, list) for row in value):
+        raise HTTPError(422, f"'{field}' must be a non-empty list of lists of numbers (one vector per chunk); got "
+                             f"{type(value).__name__ if not isinstance(value, list) or not value else 'a list of other things'}",
+                        field)
+    _count_limit(field, len(value), "vectors", limits.max_chunks, "max_chunks")
+    d = len(value[0])
+    for i, row in enumerate(value):
+        if len(row) != d or d == 0:
+            raise HTTPError(422, f"'{field}[{i}]' has {len(row)} numbers; every vector must have the same "
+                                 f"non-zero length ({d} in '{field}[0]')", field)
+        for j, v in enumerate(row):
+            if not isinstance(v, (int, float)) or isinstance(v, bool):
+                raise HTTPError(422, f"'{field}[{i}][{j}]' must be a number; got {type(v).__name__}", field)
+    x = np.array(value, dtype=np.float64)
+    bad = ~np.isfinite(x) | (np.abs(x) > np.finfo(np.float32).max)
+    if bad.any():
+        i, j = np.argwhere(bad)[0]
+        raise HTTPError(422, f"'{field}[{i}][{j}]' must be a finite float32 number; got {x[i, j]}", field)
+    return x.astype(np.float32)
 
 
 def optional_field(body: dict[str, Any], field: str, kind: type | tuple[type, ...], default: Any) -> Any:

@@ -6,8 +6,11 @@ result's own ``to_dict()``: the same JSON that ``chunktree order|select --format
     POST /v1/embeddings  the OpenAI embeddings API shape (``input``: a string or list of strings;
                          ``encoding_format``: ``float`` or ``base64``; a ``model`` other than the
                          served one's name or id is 404 ``model_not_found``)
-    POST /v1/order       ``texts`` (+ ``query``, ``strategy``, ``root``)
-    POST /v1/select      ``texts``, ``k`` (+ ``per_cluster``, ``balance``, ``coverage``, ``seed``)
+    POST /v1/order       ``texts`` or ``vectors`` (+ ``query``, ``strategy``, ``root``)
+    POST /v1/select      ``texts`` or ``vectors``, ``k`` (+ ``per_cluster``, ``balance``, ``coverage``, ``seed``)
+
+Texts are embedded through the service's embedding cache (``chunktree serve --cache``): a text
+embedded once, by any endpoint or by the CLI with the same cache and model, is not embedded again.
     POST /v1/conversations              a new topic forest (optional ``id``)
     POST /v1/conversations/{id}/turns   ``user`` (+ ``assistant``, ``budget_tokens``, ``turn``): the
                                         decision and the context for the next turn
@@ -25,8 +28,10 @@ import base64
 import contextlib
 from typing import Any
 
+import numpy as np
+
 from chunktree.apps.serve.batcher import BatchedEmbedder, Overloaded, QueueTimeout
-from chunktree.apps.serve.http import HTTPError, optional_field, texts_field
+from chunktree.apps.serve.http import HTTPError, optional_field, texts_field, vectors_field
 from chunktree.apps.serve.service import Service
 from chunktree.checks import ChunktreeError, InvalidValueError, unicode
 from chunktree.engine.order import DEFAULT_STRATEGY, order
@@ -47,7 +52,7 @@ async def _run_library(service: Service, function: Any, *args: Any, **kwargs: An
     loop = asyncio.get_running_loop()
     embedder = BatchedEmbedder(service.embedder, service.running, loop)
     try:
-        return await asyncio.to_thread(function, *args, embedder=embedder, **kwargs)
+        return await asyncio.to_thread(function, *args, embedder=embedder, cache=service.cache, **kwargs)
     except asyncio.CancelledError:
         embedder.cancel()
         raise
@@ -94,11 +99,7 @@ async def embeddings(service: Service, body: dict[str, Any], params: dict[str, s
     dims = optional_field(body, "dimensions", int, None)
     if dims is not None and dims != service.embedder.dim:
         raise HTTPError(422, f"'dimensions' must be {service.embedder.dim} for this model; got {dims}", "dimensions")
-    try:
-        vectors, counts = await service.running.embed(texts)
-    except (Overloaded, QueueTimeout) as exc:
-        raise _refused(exc) from None
-    tokens = int(counts.sum())
+    vectors, tokens = await _embed_cached(service, texts)
     data = []
     for i, v in enumerate(vectors):
         value: Any = base64.b64encode(v.astype("<f4").tobytes()).decode() if fmt == "base64" else v
@@ -107,17 +108,59 @@ async def embeddings(service: Service, body: dict[str, Any], params: dict[str, s
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
 
+async def _embed_cached(service: Service, texts: list[str]) -> tuple[Any, int]:
+    """The vectors of ``texts`` (the cache's where it has them, the rest embedded through the
+    batcher and stored) and the texts' token count."""
+    e, cache = service.embedder, service.cache
+    if cache is None:
+        found = np.zeros(len(texts), dtype=bool)
+        vectors = np.zeros((len(texts), e.dim), dtype=np.float32)
+    else:
+        vectors, found = await asyncio.to_thread(cache.get, e.vectors_id, texts, e.dim)
+    missing = np.flatnonzero(~found)
+    tokens = 0
+    if missing.size:
+        todo = [texts[i] for i in missing]
+        try:
+            new, counts = await service.running.embed(todo)
+        except (Overloaded, QueueTimeout) as exc:
+            raise _refused(exc) from None
+        vectors[missing] = new
+        tokens += int(counts.sum())
+        if cache is not None:
+            await asyncio.to_thread(cache.put, e.vectors_id, todo, new)
+    if found.any():
+        tokens += int(e.count_tokens([t for t, hit in zip(texts, found) if hit]).sum())
+    return vectors, tokens
+
+
+def _chunks_field(service: Service, body: dict[str, Any]) -> Any:
+    """``texts`` (a list of strings) or ``vectors`` (a list of equally long lists of numbers): one of the two."""
+    given = [name for name in ("texts", "vectors") if body.get(name) is not None]
+    if len(given) != 1:
+        raise HTTPError(422, "give 'texts' (a list of strings) or 'vectors' (a list of equally long lists of "
+                             f"numbers), one of the two; got {' and '.join(map(repr, given)) or 'neither'}",
+                        "texts")
+    if given[0] == "texts":
+        return texts_field(body, "texts", service.limits, limit="max_chunks")
+    return vectors_field(body, "vectors", service.limits)
+
+
 async def order_endpoint(service: Service, body: dict[str, Any], params: dict[str, str]) -> Any:
-    texts = texts_field(body, "texts", service.limits)
+    chunks = _chunks_field(service, body)
     query = optional_field(body, "query", str, None)
     strategy = optional_field(body, "strategy", str, DEFAULT_STRATEGY)
     root = optional_field(body, "root", int, None)
-    result = await _run_library(service, order, texts, query, strategy=strategy, root=root)
+    if query is not None and isinstance(chunks, np.ndarray) and chunks.shape[1] != service.embedder.dim:
+        raise HTTPError(422, f"'vectors' have {chunks.shape[1]} dims, but 'query' is embedded by the served model "
+                             f"{service.embedder.name!r} in {service.embedder.dim}: send that model's vectors "
+                             "(e.g. from /v1/embeddings), or no query", "vectors")
+    result = await _run_library(service, order, chunks, query, strategy=strategy, root=root)
     return result.to_dict()
 
 
 async def select_endpoint(service: Service, body: dict[str, Any], params: dict[str, str]) -> Any:
-    texts = texts_field(body, "texts", service.limits)
+    chunks = _chunks_field(service, body)
     k = optional_field(body, "k", int, None)
     if k is None:
         raise HTTPError(422, "'k' (the number of clusters) is required", "k")
@@ -125,7 +168,7 @@ async def select_endpoint(service: Service, body: dict[str, Any], params: dict[s
     balance = optional_field(body, "balance", bool, False)
     coverage = optional_field(body, "coverage", bool, False)
     seed = optional_field(body, "seed", int, 0)
-    result = await _run_library(service, select, texts, k, per_cluster=per_cluster, balance=balance,
+    result = await _run_library(service, select, chunks, k, per_cluster=per_cluster, balance=balance,
                                  coverage=coverage, seed=seed)
     return result.to_dict()
 

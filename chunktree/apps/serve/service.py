@@ -37,11 +37,12 @@ class Metrics:
 
 class Service:
     """What the endpoints share: the embedder (None until loaded), the batcher, limits, metrics,
-    the conversations."""
+    the conversations, the embedding cache (an ``EmbeddingCache``, or None)."""
 
     def __init__(self, embedder: Any, model: str | None, api_key: str | None, limits: Limits,
-                 conversations_dir: Path | None, decider: Any) -> None:
+                 conversations_dir: Path | None, decider: Any, cache: Any = None) -> None:
         self.embedder, self.model, self.api_key, self.limits = embedder, model, api_key, limits
+        self.cache = cache
         self.decider = decider  # every conversation's Forest's: a LearnedDecider or "thresholds"
         self.metrics = Metrics()
         self.conversations = Conversations(limits.max_conversations, conversations_dir, self.metrics)
@@ -80,3 +81,5 @@ class Service:
     async def stop(self) -> None:
         if self.batcher is not None:
             await self.batcher.stop()
+        if self.cache is not None:
+            self.cache.close()
