@@ -71,7 +71,7 @@ def create_app(embedder: Any = None, *, model: str | None = None, api_key: str |
     from chunktree.track.forest import load_decider
 
     service = Service(embedder, model, api_key, limits or Limits(), folder, load_decider(decider) or "thresholds",
-                      None if cache is None else EmbeddingCache(cache))
+                      None if cache is None else EmbeddingCache(Path(cache)))
 
     class FastJSON(JSONResponse):
         """JSON through orjson: float32 arrays serialised directly, several times faster than json."""
