@@ -34,3 +34,24 @@ def test_every_relative_link_of_a_page_exists(page):
     for target in re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", page.read_text(encoding="utf-8")):
         if "://" not in target:
             assert (page.parent / target).exists(), f"{page.name} links to {target}, which does not exist"
+
+
+def test_each_integration_example_imports_only_what_its_extra_installs():
+    """The integrations page's examples, each under the `pip install ".[EXTRA]"` line that precedes it:
+    every module they import comes from chunktree or from a distribution that EXTRA requires."""
+    from importlib.metadata import packages_distributions
+
+    tomllib = pytest.importorskip("tomllib")  # Python >= 3.11
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["project"]["optional-dependencies"]
+    distributions = packages_distributions()
+    page = (ROOT / "docs" / "integrations.md").read_text(encoding="utf-8")
+    checked = 0
+    for extra, code in re.findall(r'pip install "\.\[([\w-]+)\]".*?\n```python\n(.*?)```', page, re.S):
+        wanted = {re.split(r"[<>=\[ ;]", r, maxsplit=1)[0].lower() for r in extras[extra]}
+        for module in re.findall(r"^(?:from|import) (\w+)", code, re.M):
+            if module != "chunktree":
+                dists = {d.lower() for d in distributions.get(module, [])}
+                assert dists & wanted, f"{extra}: the example imports {module} ({dists}), which {sorted(wanted)} lack"
+                checked += 1
+    assert checked >= 4

@@ -566,7 +566,8 @@ def cmd_order(args: argparse.Namespace) -> int:
     order_s = doc["timings"]["total_s"] - doc["timings"]["embed_s"]
     embed = "embed 0 s (vectors given)" if doc["embedding"] is None else _embed_line(doc["embedding"])
     print(f"time: chunk {chunk_s:.2f} s | {embed} | order {order_s:.3f} s")
-    print(f"first {len(doc['chunks'])} of {doc['n_chunks']} in reading order:")
+    print(f"first {len(doc['chunks'])} of {doc['n_chunks']} in reading order (numbered from 1; #chunk ids and "
+          "[start:end] character offsets count from 0, as in --format json):")
     for row in doc["chunks"]:
         parts = [f"#{row['id']}"]
         if row["source"] is not None:
@@ -610,13 +611,36 @@ def cmd_select(args: argparse.Namespace) -> int:
           f"(k={doc['k']}), {args.per_cluster} representative(s) each")
     select_s = doc["timings"]["total_s"] - doc["timings"]["embed_s"]
     print(f"time: chunk {chunk_s:.2f} s | {_embed_line(doc['embedding'])} | select {select_s:.3f} s")
+    print("(#cluster and #chunk ids and [start:end] character offsets count from 0, as in --format json; "
+          "distance: Euclidean, of unit vectors, to the cluster's centre (0 the same, 1.41 unrelated)"
+          f"{'; under --coverage the centre is the first representative' * args.coverage})")
     for row in doc["clusters"]:
-        print(f"cluster {row['cluster'] + 1}: {row['size']} chunks")
-        for rep in row["representatives"]:
+        print(f"cluster #{row['cluster']}: {row['size']} chunks, mean distance {row['mean_distance']:.3f}")
+        for j, rep in enumerate(row["representatives"]):
             heading = f" [{rep['heading']}]" if rep["heading"] else ""
+            where = "the centre" if args.coverage and j == 0 else f"distance {rep['distance']:.3f}"
             print(f"   #{rep['id']} {rep['source']} [{rep['start']}:{rep['end']}]{heading} "
-                  f"distance {rep['distance']:.3f}\n      {_snippet(rep['text'])}")
+                  f"{where}\n      {_snippet(rep['text'])}")
+    if isinstance(k, int) and args.per_cluster > 0:
+        _hint_k(result, k, args.seed)
     return 0
+
+
+def _hint_k(result: Any, k: int, seed: int) -> None:
+    """A hint when the data's own K (the bend of the K-means inertia curve, on at most 5,000 chunks)
+    is larger than the K asked for: some clusters then hold several subjects."""
+    from chunktree.engine.select import elbow_k
+
+    x = result.vectors
+    if x is None or x.shape[0] <= k + 1:
+        return
+    if x.shape[0] > 5_000:
+        x = x[np.random.default_rng(seed).choice(x.shape[0], 5_000, replace=False)]
+    suggested, _ = elbow_k(x, max(2, int(2 * np.sqrt(x.shape[0]))), seed)
+    if suggested > k:
+        print(f"hint: the chunks fall into about {suggested} groups (the bend of the K-means curve, -k elbow); with "
+              f"-k {k} some clusters hold several subjects (the largest mean distances above). Raise -k to separate "
+              "them, or keep it for fewer, broader outputs.")
 
 
 def cmd_read(args: argparse.Namespace) -> int:

@@ -60,6 +60,9 @@ class Cluster:
         chunk indices nearest the centre, nearest first.
     distances
         Euclidean distance of each representative to the centre.
+    mean_distance
+        the members' mean Euclidean distance to the centre: how broad the cluster is (under
+        ``coverage`` the centre is the first representative, whose distance is 0).
     size
         number of member chunks.
     members
@@ -71,6 +74,7 @@ class Cluster:
     id: int
     representatives: tuple[int, ...]
     distances: tuple[float, ...]
+    mean_distance: float
     size: int
     members: np.ndarray = field(repr=False)
     chunks: tuple[Chunk, ...] = ()
@@ -143,8 +147,8 @@ class SelectResult:
         for c in self.clusters:
             reps = [{"id": i, **chunk_fields(None if self.items is None else self.items[i]), "distance": d}
                     for i, d in zip(c.representatives, c.distances)]
-            clusters.append({"cluster": c.id, "size": c.size, "members": c.members.tolist(),
-                             "representatives": reps})
+            clusters.append({"cluster": c.id, "size": c.size, "mean_distance": c.mean_distance,
+                             "members": c.members.tolist(), "representatives": reps})
         return {"k": self.k, "n_clusters": len(self.clusters), "n_chunks": int(self.labels.size),
                 "inertia": self.inertia, "params": dict(self.params), "timings": dict(self.timings),
                 "embedding": None if self.embedding is None else self.embedding.to_dict(), "clusters": clusters}
@@ -290,7 +294,7 @@ def select(
         members.flags.writeable = False
         clusters.append(Cluster(
             id=cid, representatives=tuple(nearest.tolist()), distances=tuple(dist[nearest].tolist()),
-            size=int(members.size), members=members,
+            mean_distance=float(dist[members].mean()), size=int(members.size), members=members,
             chunks=tuple(chunks[i] for i in nearest.tolist()) if chunks is not None else (),
         ))
     params.update(k=k, kmeans_passes=passes, distinct_chunks=distinct, duplicates=n - distinct)

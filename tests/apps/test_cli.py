@@ -177,6 +177,20 @@ def test_select_text_summary(tmp_path, cli, corpus):
     assert r.stdout.count("cluster ") >= 2 and "distance " in r.stdout
 
 
+def test_select_on_three_subjects_with_k_2_hints_at_more_and_coverage_names_the_centre(cli):
+    """examples/notes holds three subjects (bread, Kubernetes, Roman water)."""
+    r = cli("select", "examples/notes", "-k", "2", "--no-cache")
+    assert r.returncode == 0, r.stderr
+    assert "cluster #0:" in r.stdout and "cluster #1:" in r.stdout and "count from 0" in r.stdout
+    assert "hint: the chunks fall into about 3 groups" in r.stdout and "with -k 2 some clusters hold" in r.stdout
+    r = cli("select", "examples/notes", "-k", "3", "--no-cache")
+    assert "hint:" not in r.stdout
+    r = cli("select", "examples/notes", "-k", "3", "--coverage", "--no-cache")
+    reps = [line for line in r.stdout.splitlines() if line.startswith("   #")]
+    assert len(reps) == 3 and all(line.endswith("the centre") for line in reps)
+    assert "distance 0.000" not in r.stdout
+
+
 def test_select_json(tmp_path, cli, corpus):
     r = cli("select", str(corpus), "-k", "2", "--per-cluster", "2", "--format", "json",
             "--cache", str(tmp_path / "c.sqlite"), "--chunk-tokens", "64", "--overlap", "0")

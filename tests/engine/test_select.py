@@ -178,3 +178,12 @@ def test_duplicates_share_a_cluster_and_never_represent_one():
         assert all(i < 60 for i in reps) and len({x[i].tobytes() for i in reps}) == len(reps)
         assert r.params["distinct_chunks"] == len({row.tobytes() for row in x})
         assert r.params["duplicates"] == 100 - r.params["distinct_chunks"]
+
+
+def test_select_mean_distance_is_the_members_mean_distance_to_their_centre():
+    x, _ = unit_topics(300, topics=4, seed=3)
+    result = select(x, 4)
+    for cluster, center in zip(result.clusters, result.centers):
+        want = np.linalg.norm(x[cluster.members] - center, axis=1).mean()
+        assert cluster.mean_distance == pytest.approx(want, rel=1e-4)
+    assert {"mean_distance"} <= set(result.to_dict()["clusters"][0])
