@@ -150,3 +150,39 @@ def test_the_cli_reads_the_folder_and_honours_the_globs(doc_folder, tmp_path, ca
     assert '"source": "' + str(doc_folder / "notes.rst") in out2.with_suffix(".jsonl").read_text(encoding="utf-8")
     assert len(out2.with_suffix(".jsonl").read_text(encoding="utf-8").splitlines()) >= 1
     assert "api/" not in out2.with_suffix(".jsonl").read_text(encoding="utf-8")
+
+
+def _pdf_bytes():
+    fpdf = pytest.importorskip("fpdf")
+    pdf = fpdf.FPDF()
+    pdf.set_font("helvetica", size=12)
+    pdf.add_page()
+    pdf.cell(text="A page about gadgets.")
+    return bytes(pdf.output())
+
+
+KINDS = {
+    "notes.txt": GUIDE.encode(), "README": README.encode(), "guide.md": b"# Gadgets\n\nBlue ones.\n",
+    "notes.rst": NOTES.encode(), "api.rst.txt": API.encode(), "frob.py": SOURCE.encode(), "frob.1": MAN.encode(),
+    "page.html": b"<html><body><h1>Gadgets</h1><p>Blue ones are best.</p></body></html>",
+    "records.jsonl": b'{"id": "a", "text": "first gadget"}\n{"id": "b", "text": "second gadget"}\n',
+    "doc.pdf": None,
+}
+COMPRESS = {".gz": gzip.compress, ".bz2": bz2.compress, ".xz": lzma.compress}
+
+
+@pytest.mark.parametrize("suffix", list(COMPRESS))
+@pytest.mark.parametrize("name", list(KINDS))
+def test_every_type_reads_the_same_compressed(tmp_path, name, suffix):
+    data = KINDS[name] if KINDS[name] is not None else _pdf_bytes()
+    (tmp_path / name).write_bytes(data)
+    (tmp_path / "packed").mkdir()
+    (tmp_path / "packed" / (name + suffix)).write_bytes(COMPRESS[suffix](data))
+    plain = read_file(tmp_path / name)
+    packed = read_file(tmp_path / "packed" / (name + suffix))
+    assert [(d.text, d.kind, d.headings, d.page_starts, d.meta) for d in packed] == \
+        [(d.text, d.kind, d.headings, d.page_starts, d.meta) for d in plain]
+    assert [d.source.replace(str(tmp_path / "packed" / (name + suffix)), "X") for d in packed] == \
+        [d.source.replace(str(tmp_path / name), "X") for d in plain]
+    if name in ("notes.txt", "README", "notes.rst", "api.rst.txt", "frob.py"):
+        assert plain[0].text == data.decode()  # read verbatim
