@@ -56,14 +56,14 @@ def integer(value: Any, name: str, low: int | None = None, high: int | None = No
     ``high_name`` names what the upper bound is (``"n_chunks"`` gives ``[1, n_chunks=812]``).
     """
     if not is_int(value):
-        raise InvalidTypeError(f"{name} must be an int; got {value!r} ({type(value).__name__})")
+        raise InvalidTypeError(f"{name} must be an int; got {value!r:.80} ({type(value).__name__})")
     if (low is not None and value < low) or (high is not None and value > high):
         if high is None:
             allowed = f">= {low}"
         else:
             top = f"{high_name}={high}" if high_name else str(high)
             allowed = f"in [{low if low is not None else '-inf'}, {top}]"
-        raise InvalidValueError(f"{name} must be {allowed}; got {value!r}")
+        raise InvalidValueError(f"{name} must be {allowed}; got {value!r:.80}")
     return int(value)
 
 
@@ -81,7 +81,7 @@ def number(value: Any, name: str, low: float | None = None, high: float | None =
            low_open: bool = False) -> float:
     """``value`` as a finite float in ``[low, high]`` (``(low, high]`` with ``low_open``)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise InvalidTypeError(f"{name} must be a number; got {value!r} ({type(value).__name__})")
+        raise InvalidTypeError(f"{name} must be a number; got {value!r:.80} ({type(value).__name__})")
     v = float(value)
     below = low is not None and (v <= low if low_open else v < low)
     if not np.isfinite(v) or below or (high is not None and v > high):
@@ -89,14 +89,17 @@ def number(value: Any, name: str, low: float | None = None, high: float | None =
             allowed = "finite" if low is None else f"{'>' if low_open else '>='} {low}"
         else:
             allowed = f"in {'(' if low_open else '['}{low if low is not None else '-inf'}, {high}]"
-        raise InvalidValueError(f"{name} must be a number {allowed}; got {value!r}")
+        raise InvalidValueError(f"{name} must be a number {allowed}; got {value!r:.80}")
     return v
+
+
+SEED_MAX = 2**63 - 1  # seeds are int64: they go into JSON results and numpy generators as such
 
 
 def one_of(value: Any, name: str, allowed: Collection[Any]) -> Any:
     """``value`` if it is one of ``allowed``."""
     if value not in allowed:
-        raise InvalidValueError(f"{name} must be one of {list(allowed)}; got {value!r}")
+        raise InvalidValueError(f"{name} must be one of {list(allowed)}; got {value!r:.80}")
     return value
 
 
@@ -106,7 +109,7 @@ def text(value: Any, name: str, *, allow_empty: bool = False) -> str:
     if not isinstance(value, str):
         raise InvalidTypeError(f"{name} must be a string; got {type(value).__name__}")
     if not allow_empty and not value.strip():
-        raise InvalidValueError(f"{name} must not be empty or whitespace; got {value!r}")
+        raise InvalidValueError(f"{name} must not be empty or whitespace; got {value!r:.80}")
     return unicode(value, name)
 
 

@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
+import re
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from chunktree.checks import ChunktreeError, InvalidValueError, json_loads, number, require
+from chunktree.checks import ChunktreeError, InvalidValueError, json_loads, require
 from chunktree.engine.chunking import DEFAULT_CHUNK_TOKENS, DEFAULT_OVERLAP_TOKENS, chunk_documents
 from chunktree.engine.documents import READS, read_paths, sample_documents
 from chunktree.engine.order import DEFAULT_K, DEFAULT_STRATEGY, EXACT_MAX_N, METHODS, STRATEGIES
@@ -32,6 +35,34 @@ from chunktree.track.learned import DEFAULT_THRESHOLD
 from chunktree.track.train import DEFAULT_HIDDEN, DEFAULT_L2, MIN_NETWORK_PAIRS
 
 
+def _int(low: int, high: int | None = None) -> Callable[[str], int]:
+    """An argparse type: an int in [low, high]; argparse names the option in the error."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be an integer; got {text!r:.40}") from None
+        if value < low or (high is not None and value > high):
+            raise argparse.ArgumentTypeError(f"must be {f'in [{low}, {high}]' if high is not None else f'>= {low}'}; "
+                                             f"got {value}")
+        return value
+    return parse
+
+
+def _float(low: float, *, above: bool = False, high: float | None = None) -> Callable[[str], float]:
+    """An argparse type: a finite number >= low (> low with ``above``), at most ``high``."""
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be a number; got {text!r:.40}") from None
+        if not math.isfinite(value) or value < low or (above and value == low) or (high is not None and value > high):
+            allowed = f"{'>' if above else '>='} {low:g}" + (f" and <= {high:g}" if high is not None else "")
+            raise argparse.ArgumentTypeError(f"must be a finite number {allowed}; got {text!r:.40}")
+        return value
+    return parse
+
+
 def _add_corpus_args(p: argparse.ArgumentParser, model_flag: str = "--model") -> None:
     p.add_argument("paths", nargs="*", metavar="PATH",
                    help=f"files or folders (searched recursively). Reads {READS}. In a folder, files that are not "
@@ -43,14 +74,14 @@ def _add_corpus_args(p: argparse.ArgumentParser, model_flag: str = "--model") ->
                    help="leave out the files in folders that match GLOB (repeatable), e.g. --exclude '*.log'")
     p.add_argument("--sample", action="store_true",
                    help="use the built-in sample corpus (Moby-Dick, public domain)")
-    p.add_argument("--chunk-tokens", type=int, default=DEFAULT_CHUNK_TOKENS,
+    p.add_argument("--chunk-tokens", type=_int(1), default=DEFAULT_CHUNK_TOKENS,
                    help="tokens per chunk, special tokens included (default %(default)s)")
-    p.add_argument("--overlap", type=int, default=DEFAULT_OVERLAP_TOKENS,
+    p.add_argument("--overlap", type=_int(0), default=DEFAULT_OVERLAP_TOKENS,
                    help="tokens shared by consecutive chunks (default %(default)s)")
     _add_embedder_args(p, model_flag)
-    p.add_argument("--batch-size", type=int, default=DEFAULT_BATCH_SIZE,
+    p.add_argument("--batch-size", type=_int(1), default=DEFAULT_BATCH_SIZE,
                    help="windows per forward pass at most (default %(default)s)")
-    p.add_argument("--batch-tokens", type=int, default=None,
+    p.add_argument("--batch-tokens", type=_int(1), default=None,
                    help="tokens per forward pass at most, each window padded to the longest of its pass; windows "
                         "are sorted by length and packed up to it (default: "
                         f"{', '.join(f'{n} on {b}' for b, n in DEFAULT_BATCH_TOKENS.items())})")
@@ -72,7 +103,7 @@ def _add_embedder_args(p: argparse.ArgumentParser, model_flag: str = "--model") 
     p.add_argument("--precision", choices=PRECISIONS, default="auto",
                    help="fp32; bf16 (OpenVINO, on a CPU with bf16 units); int8 (the model's quantised graph, on "
                         "onnxruntime); or auto (default %(default)s), as --backend auto says")
-    p.add_argument("--threads", type=int, default=None,
+    p.add_argument("--threads", type=_int(1), default=None,
                    help="the runtime's threads, whichever backend (default: every physical core)")
 
 
@@ -125,6 +156,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_corpus_args(p)
     p.add_argument("-o", "--output", type=Path, required=True, metavar="OUT.npy", help="where to write the vectors")
     _add_ray_arg(p, "embed on a Ray cluster")
+    _add_force(p)
     p.set_defaults(func=cmd_embed)
 
     p = sub.add_parser("order", help="order chunks for a sequential reader (CL-ORDER)",
@@ -135,11 +167,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--strategy", choices=STRATEGIES, default=DEFAULT_STRATEGY,
                    help="bfs (CL-ORDER), dfs, guided, dense_tree, runs, or the baselines document and dense "
                         "(default %(default)s)")
-    p.add_argument("--root", type=int, default=None, help="start from this chunk id")
+    p.add_argument("--root", type=_int(0), default=None, help="start from this chunk id")
     p.add_argument("--method", choices=METHODS, default="auto",
                    help=f"exact (dense Prim's), sparse (top-K graph), or auto: exact up to {EXACT_MAX_N} chunks "
                         "(default %(default)s)")
-    p.add_argument("--neighbours", type=int, default=None, metavar="K",
+    p.add_argument("--neighbours", type=_int(1), default=None, metavar="K",
                    help=f"neighbours per chunk in the sparse method's top-K graph (default {DEFAULT_K})")
     p.add_argument("--embeddings", type=Path, default=None, metavar="X.npy",
                    help="order the vectors of 'chunktree embed' instead of reading PATHs (memory-mapped, not "
@@ -150,10 +182,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("text", "json", "jsonl"), default="text",
                    help="text: a summary and the first chunks; json: the whole result (what the service's "
                         "/v1/order answers); jsonl: one chunk a line (default %(default)s)")
-    p.add_argument("--top", type=int, default=None,
+    p.add_argument("--top", type=_int(1), default=None,
                    help="print only the first N ordered chunks (default: 10 for text, all for json/jsonl)")
     _add_ray_arg(p, "embed and run the top-K search on a Ray cluster")
     _add_picture_args(p, "a picture of the Chow-Liu tree")
+    _add_force(p)
     p.set_defaults(func=cmd_order)
 
     p = sub.add_parser("select", help="pick representative chunks covering every topic (no query)",
@@ -162,19 +195,20 @@ def build_parser() -> argparse.ArgumentParser:
     _add_corpus_args(p)
     p.add_argument("-k", "--clusters", default=None,
                    help="number of clusters (outputs wanted), or 'elbow'; default: from --budget-tokens")
-    p.add_argument("--per-cluster", type=int, default=1, help="representatives per cluster (default %(default)s)")
-    p.add_argument("--budget-tokens", type=int, default=None,
+    p.add_argument("--per-cluster", type=_int(1), default=1, help="representatives per cluster (default %(default)s)")
+    p.add_argument("--budget-tokens", type=_int(1), default=None,
                    help="without -k: as many clusters as the representatives' tokens allow")
     p.add_argument("--balance", action="store_true",
                    help="give small topics a better chance of a cluster of their own")
     p.add_argument("--coverage", action="store_true",
                    help="choose the representatives to cover more distinct topics (facility location over "
                         "fine clusters) instead of one per K-means cluster")
-    p.add_argument("--seed", type=int, default=0, help="K-means seed (default %(default)s)")
+    p.add_argument("--seed", type=_int(0), default=0, help="K-means seed (default %(default)s)")
     p.add_argument("--format", choices=("text", "json", "jsonl"), default="text",
                    help="text: a summary and each cluster's representatives; json: the whole result (what the "
                         "service's /v1/select answers); jsonl: one cluster a line (default %(default)s)")
     _add_picture_args(p, "a map of the clusters")
+    _add_force(p)
     p.set_defaults(func=cmd_select)
 
     p = sub.add_parser("read", help="answer a question with a Chain-of-Agents reader over the ordered chunks",
@@ -190,17 +224,18 @@ def build_parser() -> argparse.ArgumentParser:
     who.add_argument("--llm-base-url", default=None,
                      help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8080/v1 (or CHUNKTREE_LLM_BASE_URL)")
     p.add_argument("--model", dest="llm_model", default=None, help="LLM model name (or CHUNKTREE_LLM_MODEL)")
-    p.add_argument("--memory-tokens", type=int, default=512, help="memory budget (default %(default)s)")
-    p.add_argument("--memory-weight", type=float, default=DEFAULT_MEMORY_WEIGHT,
+    p.add_argument("--memory-tokens", type=_int(16), default=512, help="memory budget (default %(default)s)")
+    p.add_argument("--memory-weight", type=_float(0.0), default=DEFAULT_MEMORY_WEIGHT,
                    help="extractive reader: weight of similarity to what the memory holds (default %(default)s: "
                         "the query-only reader; see the docs, Read)")
-    p.add_argument("--window-tokens", type=int, default=4096, help="LLM context window (default %(default)s)")
+    p.add_argument("--window-tokens", type=_int(1), default=4096, help="LLM context window (default %(default)s)")
     p.add_argument("--trace", type=Path, default=None, help="write one JSON line per worker step here")
-    p.add_argument("--evidence", type=int, default=10, metavar="N",
+    p.add_argument("--evidence", type=_int(0), default=10, metavar="N",
                    help="text format: show the N best evidence items of the memory (default %(default)s)")
     p.add_argument("--format", choices=("text", "json"), default="text",
                    help="text: the answer and the evidence in memory; json: the whole result, every worker "
                         "step included (default %(default)s)")
+    _add_force(p)
     p.set_defaults(func=cmd_read)
 
     p = sub.add_parser("eval-order", help="measure whether an order helps a bounded reader (SQuAD or HotpotQA data)",
@@ -211,26 +246,27 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("data", type=Path, metavar="DATA")
     p.add_argument("--format", choices=("auto", "squad", "hotpot"), default="auto",
                    help="data format; auto: .jsonl is HotpotQA-style, anything else SQuAD (default %(default)s)")
-    p.add_argument("--budget", type=float, default=0.1,
+    p.add_argument("--budget", type=_float(0.0, above=True, high=1.0), default=0.1,
                    help="memory as a fraction of each passage (default %(default)s)")
-    p.add_argument("--limit", type=int, default=None, help="only the first N questions")
+    p.add_argument("--limit", type=_int(1), default=None, help="only the first N questions")
     llm = p.add_argument_group("LLM reader (instead of the extractive readers)")
     llm.add_argument("--llm-base-url", default=None,
                      help="OpenAI-compatible base URL: read with the Chain-of-Agents LLM reader and score "
                           "exact match / F1 (given explicitly: the environment alone does not switch readers)")
     llm.add_argument("--model", dest="llm_model", default=None, help="LLM model name (or CHUNKTREE_LLM_MODEL)")
-    llm.add_argument("--concurrency", type=int, default=4, help="reads running at once (default %(default)s)")
-    llm.add_argument("--memory-tokens", type=int, default=256, help="memory budget (default %(default)s)")
-    llm.add_argument("--window-tokens", type=int, default=4096, help="LLM context window (default %(default)s)")
+    llm.add_argument("--concurrency", type=_int(1), default=4, help="reads running at once (default %(default)s)")
+    llm.add_argument("--memory-tokens", type=_int(16), default=256, help="memory budget (default %(default)s)")
+    llm.add_argument("--window-tokens", type=_int(1), default=4096, help="LLM context window (default %(default)s)")
     llm.add_argument("--llm-cache", type=Path, default=None,
                      help="SQLite cache of LLM calls (default: llm.sqlite in the user cache dir)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the random order (default %(default)s)")
+    p.add_argument("--seed", type=_int(0), default=0, help="seed of the random order (default %(default)s)")
     p.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
     p.add_argument("--html", type=Path, default=None, metavar="FILE.html",
                    help="also write a page that draws, for the first questions, where each order puts the gold "
                         "paragraphs, with the tables (extractive readers only; needs chunktree[plot])")
     _add_embedder_args(p, "--embed-model")
     _add_cache_args(p)
+    _add_force(p)
     p.set_defaults(func=cmd_eval_order)
 
     p = sub.add_parser("track", help="keep a dialogue as a forest of topic trees",
@@ -241,7 +277,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dialogue", type=Path, metavar="DIALOGUE.jsonl")
     p.add_argument("--format", choices=("text", "json", "jsonl"), default="text",
                    help="text; json: decisions, forest and context per conversation; jsonl: one decision per line")
-    p.add_argument("--budget-tokens", type=int, default=None,
+    p.add_argument("--budget-tokens", type=_int(1), default=None,
                    help="print the context the last turn of each conversation would get, within N tokens")
     p.add_argument("--save", type=Path, default=None, metavar="FOLDER",
                    help="write each conversation's forest to FOLDER/<conversation>.json (a conversation id: "
@@ -252,6 +288,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_decider_arg(p)
     _add_embedder_args(p)
     _add_cache_args(p)
+    _add_force(p)
     p.set_defaults(func=cmd_track)
 
     p = sub.add_parser("eval-track", help="measure the topic forest on segmentation benchmarks or stitched CoQA",
@@ -264,15 +301,16 @@ def build_parser() -> argparse.ArgumentParser:
                                    "written, the share of turns placed as labelled, boundaries and returns against the "
                                    "threshold rule. 95%% intervals over dialogues.")
     p.add_argument("data", type=Path, metavar="DATA")
-    p.add_argument("--dialogues", type=int, default=30, help="stitched dialogues per length (default %(default)s)")
-    p.add_argument("--lengths", type=int, nargs="+", default=[20, 40, 80], help="turns per stitched dialogue")
-    p.add_argument("--seed", type=int, default=0, help="seed of the stitching (default %(default)s)")
+    p.add_argument("--dialogues", type=_int(1), default=30, help="stitched dialogues per length (default %(default)s)")
+    p.add_argument("--lengths", type=_int(2), nargs="+", default=[20, 40, 80], help="turns per stitched dialogue")
+    p.add_argument("--seed", type=_int(0), default=0, help="seed of the stitching (default %(default)s)")
     p.add_argument("--calibrate", action="store_true",
                    help="search the thresholds on the first half of the stories instead of evaluating")
     p.add_argument("--json", type=Path, default=None, help="also write the results as JSON here")
     _add_decider_arg(p)
     _add_embedder_args(p)
     _add_cache_args(p)
+    _add_force(p)
     p.set_defaults(func=cmd_eval_track)
 
     p = sub.add_parser("train-track", help="fit the topic forest's learned decider on dialogues with known topics",
@@ -283,14 +321,15 @@ def build_parser() -> argparse.ArgumentParser:
                                    "with --decider.")
     p.add_argument("files", type=Path, nargs="+", metavar="FILE")
     p.add_argument("-o", "--output", type=Path, required=True, metavar="DECIDER.npz")
-    p.add_argument("--hidden", type=int, default=DEFAULT_HIDDEN,
+    p.add_argument("--hidden", type=_int(0), default=DEFAULT_HIDDEN,
                    help="tanh units in the hidden layer; 0 for a logistic regression, which is also what fewer "
                         f"than {MIN_NETWORK_PAIRS:,} turn-tree pairs get (default %(default)s)")
-    p.add_argument("--l2", type=float, default=DEFAULT_L2, help="L2 regularisation (default %(default)s)")
-    p.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
+    p.add_argument("--l2", type=_float(0.0), default=DEFAULT_L2, help="L2 regularisation (default %(default)s)")
+    p.add_argument("--threshold", type=_float(0.0, high=1.0), default=DEFAULT_THRESHOLD,
                    help="the least probability that keeps a turn in an existing tree (default %(default)s)")
     _add_embedder_args(p)
     _add_cache_args(p)
+    _add_force(p)
     p.set_defaults(func=cmd_train_track)
 
     p = sub.add_parser("scale", help="measure how ordering time and memory grow with n; write a report with plots",
@@ -298,55 +337,56 @@ def build_parser() -> argparse.ArgumentParser:
                                    "size, each in a fresh process, and write FOLDER/report.md (time per stage, peak "
                                    "memory, recall@16, tree weight against exact, growth exponents, the n at which "
                                    "the budgets run out), scale.json, time.png and memory.png (chunktree[plot]).")
-    p.add_argument("--sizes", type=int, nargs="+", default=list(DEFAULT_SIZES), metavar="N",
+    p.add_argument("--sizes", type=_int(100), nargs="+", default=list(DEFAULT_SIZES), metavar="N",
                    help="chunk counts to measure (default %(default)s)")
     p.add_argument("--embeddings", type=Path, default=None, metavar="X.npy",
                    help="measure random subsamples of these vectors instead of synthetic ones")
-    p.add_argument("--topics", type=int, default=100,
+    p.add_argument("--topics", type=_int(1), default=100,
                    help="topics of the synthetic vectors (more: fuzzier neighbourhoods; default %(default)s)")
-    p.add_argument("--time-budget", type=float, default=600.0, metavar="SECONDS",
+    p.add_argument("--time-budget", type=_float(0.0, above=True), default=600.0, metavar="SECONDS",
                    help="the longest one ordering run may take; sizes projected past it are left out "
                         "(default %(default)s)")
-    p.add_argument("--memory-budget", type=float, default=None, metavar="MB",
+    p.add_argument("--memory-budget", type=_float(0.0, above=True), default=None, metavar="MB",
                    help="the most memory one run may hold (default: three quarters of this machine's)")
-    p.add_argument("--seed", type=int, default=0, help="seed of the data and the K-means (default %(default)s)")
+    p.add_argument("--seed", type=_int(0), default=0, help="seed of the data and the K-means (default %(default)s)")
     p.add_argument("-o", "--output", type=Path, default=Path("scale-report"), metavar="FOLDER",
                    help="the report folder (default %(default)s)")
     p.add_argument("--no-plots", action="store_true", help="write the report without the PNG plots")
+    _add_force(p)
     p.set_defaults(func=cmd_scale)
 
     p = sub.add_parser("serve", help="run the HTTP service (OpenAI-compatible embeddings, order, select)",
                        description="Serve POST /v1/embeddings (OpenAI API shape), /v1/order and /v1/select, "
                                    "GET /health and /metrics, with micro-batching of concurrent requests.")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s: loopback only)")
-    p.add_argument("--port", type=int, default=8000, help="port (default %(default)s)")
+    p.add_argument("--port", type=_int(1, 65535), default=8000, help="port (default %(default)s)")
     _add_embedder_args(p)
     p.add_argument("--api-key-env", default=None, metavar="NAME",
                    help="require 'Authorization: Bearer <key>' with the key read from this environment variable")
-    p.add_argument("--max-batch", type=int, default=32, help="texts per model call (default %(default)s)")
-    p.add_argument("--max-wait-ms", type=float, default=0.0,
+    p.add_argument("--max-batch", type=_int(1), default=32, help="texts per model call (default %(default)s)")
+    p.add_argument("--max-wait-ms", type=_float(0.0), default=0.0,
                    help="extra wait for other requests to batch with (default %(default)s: batch whatever "
                         "queued while the model was busy)")
     p.add_argument("--no-batching", action="store_true", help="one model call per request")
-    p.add_argument("--max-texts", type=int, default=256,
+    p.add_argument("--max-texts", type=_int(1), default=256,
                    help="texts per /v1/embeddings request; more is refused with 413 (default %(default)s)")
-    p.add_argument("--max-chunks", type=int, default=10_000,
+    p.add_argument("--max-chunks", type=_int(1), default=10_000,
                    help="texts or vectors per /v1/order and /v1/select request; more is refused with 413 "
                         "(default %(default)s)")
-    p.add_argument("--max-body-mb", type=float, default=8.0,
+    p.add_argument("--max-body-mb", type=_float(0.0, above=True), default=8.0,
                    help="megabytes (MiB) per request body; more is refused with 413 (default %(default)s; "
                         "10,000 vectors of 384 numbers take about 30-80)")
-    p.add_argument("--max-queue", type=int, default=4096, help="texts waiting before 503 (default %(default)s)")
-    p.add_argument("--queue-timeout", type=float, default=10.0, metavar="SECONDS",
+    p.add_argument("--max-queue", type=_int(1), default=4096, help="texts waiting before 503 (default %(default)s)")
+    p.add_argument("--queue-timeout", type=_float(0.0, above=True), default=10.0, metavar="SECONDS",
                    help="the longest a request waits for the model: one that would wait longer (by the "
                         "measured model rate) gets 503 at once, one still queued after it gets 503 unrun "
                         "(default %(default)s)")
     p.add_argument("--conversations", type=Path, default=None, metavar="DIR",
                    help="keep every conversation's topic forest in DIR (saved after each turn, loaded after an "
                         "eviction or a restart); default: in memory only")
-    p.add_argument("--max-conversations", type=int, default=1000,
+    p.add_argument("--max-conversations", type=_int(1), default=1000,
                    help="conversations held in memory; the least recently used is evicted (default %(default)s)")
-    p.add_argument("--max-turns", type=int, default=10_000, help="turns per conversation (default %(default)s)")
+    p.add_argument("--max-turns", type=_int(1), default=10_000, help="turns per conversation (default %(default)s)")
     _add_cache_args(p)
     p.add_argument("--metrics-public", action="store_true",
                    help="leave GET /metrics open when an API key is required (default: it needs the key too)")
@@ -358,22 +398,42 @@ def build_parser() -> argparse.ArgumentParser:
                                    "self-describing ONNX file usable as --model, checked against the original.")
     p.add_argument("model_dir", type=Path, metavar="MODEL_DIR")
     p.add_argument("-o", "--output", type=Path, required=True, metavar="OUT.onnx")
-    p.add_argument("--window", type=int, default=None,
+    p.add_argument("--window", type=_int(8), default=None,
                    help="tokens per window (default: the model's max_seq_length)")
     p.add_argument("--name", default=None, help="model name in the model id (default: the folder's name)")
+    _add_force(p)
     p.set_defaults(func=cmd_export)
     return parser
 
 
+# The library's names of what the user gave as options, so that an error the library raises names
+# the option typed (a range that needs the data, such as --root or -k, is checked there).
+FLAGS = {"chunk_tokens": "--chunk-tokens", "overlap_tokens": "--overlap", "batch_size": "--batch-size",
+         "batch_tokens": "--batch-tokens", "threads": "--threads", "root": "--root", "per_cluster": "--per-cluster",
+         "budget_tokens": "--budget-tokens", "memory_tokens": "--memory-tokens", "window_tokens": "--window-tokens",
+         "memory_weight": "--memory-weight", "seed": "--seed", "query": "--query"}
+COMMAND_FLAGS = {"order": {"k": "--neighbours"}, "select": {"k": "-k"}}
+
+
+def _name_the_option(command: str, message: str) -> str:
+    """``message`` with a leading library parameter name replaced by the option that sets it."""
+    m = re.match(r"(\w+)(?= must| \()", message)
+    flag = m and {**FLAGS, **COMMAND_FLAGS.get(command, {})}.get(m.group(1))
+    return flag + message[m.end():] if m and flag else message
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # --help (0) or a bad option (2, argparse's message printed): a code, as below
+        return int(exc.code or 0)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     try:
         return int(args.func(args) or 0)
     except ChunktreeError as exc:
-        print(f"chunktree {args.command}: error: {exc}", file=sys.stderr)
+        print(f"chunktree {args.command}: error: {_name_the_option(args.command, str(exc))}", file=sys.stderr)
         return 2
     except BrokenPipeError:  # the reader closed the pipe (`| head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -444,6 +504,41 @@ def _check_output_folder(out: Path, flag: str = "-o") -> None:
         raise InvalidValueError(f"{flag} {out}: the folder {out.parent} is not writable")
 
 
+def _inputs(args: argparse.Namespace) -> list[Path]:
+    """The files and folders the command reads."""
+    found = [Path(p) for p in [*(getattr(args, "paths", None) or []), *(getattr(args, "files", None) or [])]]
+    for name in ("embeddings", "chunks", "data", "dialogue", "model_dir", "decider"):
+        value = getattr(args, name, None)
+        if value is not None and value != "thresholds":
+            found.append(Path(value))
+    return found
+
+
+def _check_output(args: argparse.Namespace, out: Path, flag: str, what: str = "") -> None:
+    """Before any work: ``out``'s folder can be written, and ``out`` is neither one of the inputs nor
+    any other existing file, unless ``--force``. ``what`` names a file the option implies (a sidecar)."""
+    _check_output_folder(out, flag)
+    label = f"{flag} {what}{out}"
+    if out.is_dir():
+        raise InvalidValueError(f"{label} is a folder; give the path of a file")
+    if not (out.exists() or out.is_symlink()) or args.force:
+        return
+    for given in _inputs(args):
+        if given.exists() and ((given.is_dir() and out.resolve().is_relative_to(given.resolve()))
+                               or (not given.is_dir() and os.path.samefile(out, given))):
+            inside = "" if given.is_file() else " (inside the input folder)"
+            raise InvalidValueError(f"{label} is one of the inputs, {given}{inside}: writing it would destroy it. "
+                                    "Choose another path (or add --force to replace it anyway)")
+    raise InvalidValueError(f"{label} exists, and chunktree replaces no file unasked: choose another path, or add "
+                            "--force to replace it")
+
+
+def _add_force(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--force", action="store_true",
+                   help="replace output files that exist (without it, the command refuses before any work, and "
+                        "always names an output that is one of its inputs)")
+
+
 def _check_pictures(args: argparse.Namespace) -> None:
     """Before any work: the plot extra is installed and the picture files can be written."""
     from chunktree.engine import pictures
@@ -452,7 +547,7 @@ def _check_pictures(args: argparse.Namespace) -> None:
     pictures.check_available(html=html is not None, png=png is not None)
     for flag, out in (("--html", html), ("--png", png)):
         if out is not None:
-            _check_output_folder(out, flag)
+            _check_output(args, out, flag)
 
 
 def _write_pictures(args: argparse.Namespace, result: Any) -> None:
@@ -466,13 +561,14 @@ def cmd_embed(args: argparse.Namespace) -> int:
     from chunktree.engine.embedding import embed_texts
 
     out = args.output if args.output.suffix == ".npy" else args.output.with_suffix(args.output.suffix + ".npy")
-    _check_output_folder(out)  # before any work, not after minutes of embedding
+    meta = out.with_suffix(".jsonl")
+    _check_output(args, out, "-o")  # before any work, not after minutes of embedding
+    _check_output(args, meta, "-o", f"{args.output}: its chunks file ")
     embedder, chunks, chunk_s = _load_chunks(args)
     cache = _open_cache(args)
     # The vectors go into a memory-mapped OUT.npy.partial as each batch comes, so a large corpus is
     # not held in memory; each file appears whole or not at all (a rename at the end), and a run
     # that is stopped resumes through the cache's commits.
-    meta = out.with_suffix(".jsonl")
     with open(f"{meta}.partial", "w", encoding="utf-8") as f:
         for c in chunks:
             f.write(dumps(c.to_dict()) + "\n")
@@ -536,8 +632,6 @@ def cmd_order(args: argparse.Namespace) -> int:
 
     from chunktree.engine.order import order
 
-    if args.top is not None and args.top < 1:
-        raise InvalidValueError(f"--top must be >= 1; got {args.top}")
     _check_pictures(args)
     if args.embeddings is not None:
         vectors, chunks = _embedded(args)
@@ -607,8 +701,11 @@ def cmd_select(args: argparse.Namespace) -> int:
     doc = _with_chunk_time(result.to_dict(), chunk_s)
     if _printed_structured(doc, args.format, "clusters"):
         return 0
-    print(f"{_corpus_line(chunks, doc['params'])} -> {doc['n_clusters']} clusters "
-          f"(k={doc['k']}), {args.per_cluster} representative(s) each")
+    short = [row["size"] for row in doc["clusters"] if row["size"] < args.per_cluster]
+    each = (f"{args.per_cluster} representative(s) each" if not short else
+            f"up to {args.per_cluster} representative(s) each: --per-cluster {args.per_cluster} is more than "
+            f"{len(short)} of the clusters hold ({min(short)}-{max(short)} chunks), so they give all their members")
+    print(f"{_corpus_line(chunks, doc['params'])} -> {doc['n_clusters']} clusters (k={doc['k']}), {each}")
     select_s = doc["timings"]["total_s"] - doc["timings"]["embed_s"]
     print(f"time: chunk {chunk_s:.2f} s | {_embed_line(doc['embedding'])} | select {select_s:.3f} s")
     print("(#cluster and #chunk ids and [start:end] character offsets count from 0, as in --format json; "
@@ -646,8 +743,8 @@ def _hint_k(result: Any, k: int, seed: int) -> None:
 def cmd_read(args: argparse.Namespace) -> int:
     from chunktree.engine.read import ChatClient, read
 
-    if args.evidence < 0:
-        raise InvalidValueError(f"--evidence must be >= 0; got {args.evidence}")
+    if args.trace is not None:
+        _check_output(args, args.trace, "--trace")
     llm = None
     if not args.extractive:
         if not (args.llm_base_url or os.environ.get("CHUNKTREE_LLM_BASE_URL") or os.environ.get("OPENAI_BASE_URL")):
@@ -685,11 +782,11 @@ def cmd_eval_order(args: argparse.Namespace) -> int:
     from chunktree.engine.evaluate import evaluate_orders, format_report, load
     from chunktree.engine.evaluate.data import Passage
 
-    if args.limit is not None and args.limit < 1:
-        raise InvalidValueError(f"--limit must be >= 1; got {args.limit}")
     if args.html is not None and (args.llm_base_url or args.llm_model):
         raise InvalidValueError("--html draws the extractive evaluation; leave out --llm-base-url/--model")
     _check_pictures(args)
+    if args.json is not None:
+        _check_output(args, args.json, "--json")
     fmt, passages = load(args.data, args.format)
     if args.limit is not None:  # the first N questions, passage by passage
         kept, left = [], args.limit
@@ -727,12 +824,11 @@ def cmd_track(args: argparse.Namespace) -> int:
     from chunktree.track import Forest
     from chunktree.track.forest import conversation_file, read_dialogue
 
-    if args.budget_tokens is not None and args.budget_tokens < 1:
-        raise InvalidValueError(f"--budget-tokens must be >= 1; got {args.budget_tokens}")
     conversations = read_dialogue(args.dialogue, file_ids=args.save is not None)  # every line checked before work
     if args.save is not None:
         files = {name: conversation_file(args.save, name) for name in conversations}
-        _check_output_folder(args.save / "x.json", "--save")
+        for name, file in files.items():
+            _check_output(args, file, "--save", f"(conversation {name!r}) ")
     llm = None
     if args.llm_base_url or args.llm_model:
         from chunktree.engine.read import ChatClient
@@ -777,6 +873,8 @@ def cmd_eval_track(args: argparse.Namespace) -> int:
     from chunktree.track.evaluate import calibrate, evaluate, evaluate_chats, format_chats, format_report
     from chunktree.track.segmentation import evaluate_segmentation, format_segmentation
 
+    if args.json is not None:
+        _check_output(args, args.json, "--json")
     segmentation, chats = sniff(args.data) == "segmentation", args.data.suffix == ".jsonl"
     if args.calibrate and (segmentation or chats):
         raise InvalidValueError(f"--calibrate searches the threshold rule on CoQA; for "
@@ -791,10 +889,6 @@ def cmd_eval_track(args: argparse.Namespace) -> int:
                                 decider=args.decider, seed=args.seed, progress=_progress(args))
         print(format_chats(result))
     else:
-        if args.dialogues < 1:
-            raise InvalidValueError(f"--dialogues must be >= 1; got {args.dialogues}")
-        if any(n < 2 for n in args.lengths):
-            raise InvalidValueError(f"--lengths must all be >= 2; got {args.lengths}")
         if args.calibrate:
             result = calibrate(args.data, embedder=_embedder(args), cache=_open_cache(args), dialogues=args.dialogues,
                                length=args.lengths[0], seed=args.seed, progress=_progress(args))
@@ -814,7 +908,7 @@ def cmd_train_track(args: argparse.Namespace) -> int:
     from chunktree.track.data import load_labelled
     from chunktree.track.train import fit
 
-    _check_output_folder(args.output)
+    _check_output(args, args.output, "-o")
     dialogues = [d for path in args.files for d in load_labelled(path)]  # every file read before any work
     decider = fit(dialogues, _embedder(args), _open_cache(args), hidden=args.hidden, l2=args.l2,
                   threshold=args.threshold,
@@ -835,12 +929,10 @@ def cmd_train_track(args: argparse.Namespace) -> int:
 def cmd_scale(args: argparse.Namespace) -> int:
     from chunktree.engine.scale import sweep, write_report
 
-    number(args.time_budget, "--time-budget", 0.0, low_open=True)
-    if args.memory_budget is not None:
-        number(args.memory_budget, "--memory-budget", 0.0, low_open=True)
     if not args.no_plots:
         require("matplotlib", "plot", "the plots of chunktree scale (or give --no-plots)")
-    _check_output_folder(args.output / "report.md")
+    for name in ("report.md", "scale.json", "time.png", "memory.png"):
+        _check_output(args, args.output / name, "-o", f"{args.output}: ")
     result = sweep(args.sizes, embeddings=args.embeddings, topics=args.topics, seed=args.seed,
                    time_budget_s=args.time_budget, memory_budget_mb=args.memory_budget,
                    say=(lambda m: print(m, file=sys.stderr, flush=True)) if _progress(args) else (lambda m: None))
@@ -863,8 +955,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         api_key = os.environ.get(args.api_key_env)
         if not api_key:
             raise InvalidValueError(f"--api-key-env {args.api_key_env}: that environment variable is not set or empty")
-    if not args.max_body_mb > 0:
-        raise InvalidValueError(f"--max-body-mb must be > 0; got {args.max_body_mb}")
     limits = Limits(max_texts=args.max_texts, max_chunks=args.max_chunks, max_body=int(args.max_body_mb * 2**20),
                     max_queue=args.max_queue, max_batch=args.max_batch,
                     max_wait_ms=args.max_wait_ms, batching=not args.no_batching, queue_timeout_s=args.queue_timeout,
@@ -888,6 +978,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 def cmd_export(args: argparse.Namespace) -> int:
     from chunktree.models.export import export_model
 
+    _check_output(args, args.output, "-o")
     report = export_model(args.model_dir, args.output, window=args.window, name=args.name)
     print(f"wrote {args.output}: model id {report.model_id}, window {report.window}, dim {report.dim}")
     print(f"agreement with the original on {report.texts} texts: min cosine {report.min_cosine:.7f}")

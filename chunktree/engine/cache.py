@@ -12,7 +12,12 @@ What is read is verified, not trusted:
   reported in a warning, treated as a miss, re-embedded and overwritten;
 - a file SQLite cannot read (garbage bytes, a truncated file) is **quarantined**: renamed aside
   to ``<name>.corrupt-<UTC time>``, with a warning naming both paths, and a new empty cache takes
-  its place. Nothing is lost that the cache could still vouch for, and the run goes on.
+  its place. Nothing is lost that the cache could still vouch for, and the run goes on. Only a
+  damaged database (it starts with SQLite's header) or a file named like a cache (``.sqlite``,
+  ``.sqlite3``, ``.db``) is moved aside: any other existing file given as the cache is refused,
+  never moved or written;
+- a cache that cannot be written (a full disk, a read-only file) is read as far as it can be, and
+  the run goes on without storing, after one warning.
 """
 
 from __future__ import annotations
@@ -42,6 +47,8 @@ CREATE TABLE IF NOT EXISTS embeddings (
     PRIMARY KEY (model, text_sha256)
 ) WITHOUT ROWID
 """
+SQLITE_HEADER = b"SQLite format 3\x00"
+CACHE_SUFFIXES = (".sqlite", ".sqlite3", ".db")
 # SQLite limits the number of host parameters per statement; stay well below it.
 _LOOKUP_BATCH = 500
 
@@ -89,13 +96,39 @@ class EmbeddingCache:
 
     def __init__(self, path: str | Path | None = None, *, timeout: float = 60.0) -> None:
         self.path = Path(path) if path is not None else cache_dir() / "embeddings.sqlite"
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.is_dir():
+            raise InvalidValueError(f"embedding cache {self.path} is a folder; give the path of a file (or no cache)")
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise InvalidValueError(f"embedding cache {self.path}: cannot create its folder {self.path.parent} "
+                                    f"({exc.strerror or exc})") from None
+        self._refuse_a_file_of_yours()
         self.timeout = timeout
         self._lock = threading.RLock()  # the connection is shared by threads, one statement at a time
+        self.writable = True  # False after a write failed (a full disk, a read-only file): reads go on
         try:
-            self._db = self._open()
-        except sqlite3.DatabaseError as exc:
-            self._quarantine(exc)  # re-raises what is not damage
+            try:
+                self._db = self._open()
+            except sqlite3.DatabaseError as exc:
+                self._quarantine(exc)  # re-raises what is not damage
+        except sqlite3.OperationalError as exc:
+            raise InvalidValueError(f"embedding cache {self.path} cannot be opened ({exc}); give another path, "
+                                    "or no cache") from None
+
+    def _refuse_a_file_of_yours(self) -> None:
+        """An existing file that is neither an SQLite database nor named like a cache is not ours to move."""
+        try:
+            with open(self.path, "rb") as f:
+                head = f.read(len(SQLITE_HEADER))
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise InvalidValueError(f"embedding cache {self.path} cannot be read ({exc.strerror or exc})") from None
+        if head and head != SQLITE_HEADER and self.path.suffix.lower() not in CACHE_SUFFIXES:
+            raise InvalidValueError(f"embedding cache {self.path} is not an SQLite file (it starts with {head!r}): "
+                                    "a damaged cache is moved aside, but not a file of yours. Give a new path or an "
+                                    "existing cache (or no cache)")
 
     def _open(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False)
@@ -184,11 +217,18 @@ class EmbeddingCache:
             key, blob = text_key(t), v.tobytes()
             rows.append((model, key, dim, blob, row_checksum(model, key, blob)))
         with self._lock:
+            if not self.writable:
+                return
             try:
-                self._insert(rows)
-            except sqlite3.DatabaseError as exc:
-                self._quarantine(exc)
-                self._insert(rows)
+                try:
+                    self._insert(rows)
+                except sqlite3.DatabaseError as exc:
+                    self._quarantine(exc)  # re-raises what is not damage
+                    self._insert(rows)
+            except sqlite3.OperationalError as exc:  # full, read-only, locked past the timeout
+                self.writable = False
+                log.warning("embedding cache %s cannot be written (%s); going on without storing new vectors",
+                            self.path, exc)
 
     def _insert(self, rows: list[tuple[str, bytes, int, bytes, bytes]]) -> None:
         # REPLACE: a row that failed its check on reading is overwritten by its re-embedded vector.

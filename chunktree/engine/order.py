@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from chunktree.checks import InvalidValueError, integer, number, one_of, optional_positive_int, text
+from chunktree.checks import SEED_MAX, InvalidValueError, integer, number, one_of, optional_positive_int, text
 from chunktree.engine.cache import EmbeddingCache
 from chunktree.engine.chunking import Chunk
 from chunktree.engine.embedding import EmbedStats
@@ -240,7 +240,7 @@ def order(
     one_of(method, "method", METHODS)
     for value, name in ((k, "k"), (n_clusters, "n_clusters"), (probes, "probes")):
         optional_positive_int(value, name)
-    integer(seed, "seed", 0)
+    integer(seed, "seed", 0, SEED_MAX)
     number(blend, "blend", 0.0, 1.0)
     if ray is not None:  # joined before any work: a missing extra or a dead address fails fast
         from chunktree.engine.distributed import connect
@@ -391,6 +391,8 @@ def _sparse_tree(x: np.ndarray, root: int, k: int | None, n_clusters: int | None
     """Spanning tree from the top-K graph: forest, then its components joined. Adds the seconds
     of each stage to ``timings``: ``kmeans_s``, ``topk_s``, ``refine_s``, ``forest_s``, ``join_s``."""
     n = x.shape[0]
+    if k is not None and k > n - 1:
+        log.warning("k=%d neighbours asked for, but %d chunks have at most %d others each: using k=%d", k, n, n - 1, n - 1)
     k = min(DEFAULT_K if k is None else k, n - 1)
     n_clusters = min(max(1, round(2 * np.sqrt(n))) if n_clusters is None else n_clusters, n)
     probes = min(DEFAULT_PROBES if probes is None else probes, n_clusters)

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from chunktree.checks import InvalidTypeError, InvalidValueError, integer, positive_int
+from chunktree.checks import SEED_MAX, InvalidTypeError, InvalidValueError, integer, positive_int
 from chunktree.engine.cache import EmbeddingCache
 from chunktree.engine.chunking import Chunk
 from chunktree.engine.embedding import EmbedStats
@@ -215,7 +215,8 @@ def select(
         the number of clusters (outputs wanted), ``"elbow"``, or None to derive it from
         ``budget_tokens``.
     per_cluster
-        representatives per cluster (the members nearest the centre).
+        representatives per cluster (the members nearest the centre); a cluster with fewer members
+        gives them all.
     budget_tokens
         with ``k=None``: K = budget_tokens // (mean chunk tokens * per_cluster).
     tokens
@@ -233,7 +234,7 @@ def select(
     """
     per_cluster = positive_int(per_cluster, "per_cluster")
     _check_k(k, budget_tokens)
-    integer(seed, "seed", 0)
+    integer(seed, "seed", 0, SEED_MAX)
     for flag, name in ((balance, "balance"), (coverage, "coverage")):
         if not isinstance(flag, (bool, np.bool_)):
             raise InvalidTypeError(f"{name} must be a bool; got {flag!r}")

@@ -48,14 +48,14 @@ def test_embed_writes_vectors_and_provenance(tmp_path, cli, corpus, embedder):
     assert f"backend {embedder.backend} {embedder.precision} on {embedder.threads} threads ({embedder.choice.reason})" in r.stdout
     unique = len({row["text"] for row in rows})  # repeated texts are embedded once
     assert unique < len(rows) and f"{unique} embedded, 0 from cache" in r.stdout
-    again = cli("embed", str(corpus), "-o", str(out), "--cache", str(cache), "--chunk-tokens", "64", "--overlap", "8")
+    again = cli("embed", str(corpus), "-o", str(out), "--force", "--cache", str(cache), "--chunk-tokens", "64", "--overlap", "8")
     assert f"0 embedded, {len(rows)} from cache" in again.stdout
 
 
 @pytest.mark.parametrize("args, message", [
     (["embed", "-o", "x.npy"], "give input PATHs or --sample"),
     (["embed", "missing.txt", "-o", "x.npy"], "missing.txt: no such file or folder"),
-    (["embed", "--sample", "-o", "x.npy", "--chunk-tokens", "1"], "chunk_tokens must be > 2"),
+    (["embed", "--sample", "-o", "x.npy", "--chunk-tokens", "1"], "--chunk-tokens must be > 2"),
     (["embed", "--sample", "-o", "x.npy", "--model", "nope"], "model must be one of"),
     (["embed", "--sample", "-o", "x.npy", "--backend", "onnxruntime", "--precision", "bf16"],
      "precision='bf16' needs backend 'openvino' or 'auto'"),
@@ -122,9 +122,8 @@ def test_a_bug_shows_its_traceback(cli, corpus, monkeypatch):
 
 
 def test_help_lists_commands(cli):
-    with pytest.raises(SystemExit) as exited:
-        cli("--help")
-    assert exited.value.code == 0
+    r = cli("--help")
+    assert r.returncode == 0 and all(name in r.stdout for name in ("embed", "order", "select", "read", "serve"))
 
 
 def test_order_json(tmp_path, cli, corpus, embedder):
@@ -286,8 +285,8 @@ def test_eval_order_on_a_tiny_squad_file(tmp_path, cli):
     assert orders["document"]["later_gold"]["mean"] == pytest.approx(0.75)
     assert "| bfs |" in r.stdout and "squad:" in r.stdout
     bad = cli("eval-order", str(path), "--budget", "0")
-    assert bad.returncode == 2 and "budget (a fraction of the passage) must be a number in (0.0, 1.0]" in bad.stderr
-    one = cli("eval-order", str(path), "--limit", "1", "--json", str(out), "--cache", str(tmp_path / "c.sqlite"),
+    assert bad.returncode == 2 and "argument --budget: must be a finite number > 0 and <= 1; got '0'" in bad.stderr
+    one = cli("eval-order", str(path), "--limit", "1", "--json", str(out), "--force", "--cache", str(tmp_path / "c.sqlite"),
               "--html", tmp_path / "eval.html")
     assert one.returncode == 0 and loads(out.read_text())["summary"]["all"]["questions"] == 1
     assert "What lit the lamps?" in (tmp_path / "eval.html").read_text(encoding="utf-8")  # the first question
@@ -346,7 +345,7 @@ def test_serve_argument_errors(cli):
     r = cli("serve", "--api-key-env", "CHUNKTREE_SURELY_UNSET_VARIABLE")
     assert r.returncode == 2 and "CHUNKTREE_SURELY_UNSET_VARIABLE" in r.stderr
     r = cli("serve", "--max-batch", "0")
-    assert r.returncode == 2 and "max_batch must be >= 1; got 0" in r.stderr
+    assert r.returncode == 2 and "argument --max-batch: must be >= 1; got 0" in r.stderr
 
 
 def test_read_needs_a_reader(tmp_path, cli, corpus, monkeypatch):

@@ -267,7 +267,7 @@ def test_select_equals_library(service, embedder):
     ("/v1/order", {"texts": SENTENCES, "strategy": "dense"}, 422, "needs a query"),
     ("/v1/select", {"texts": SENTENCES}, 422, "'k' (the number of clusters) is required"),
     ("/v1/select", {"texts": SENTENCES, "k": 9}, 422, "k must be in [1, n_chunks=4]; got 9"),
-    ("/v1/select", {"texts": SENTENCES, "k": 2, "seed": -1}, 422, "seed must be >= 0; got -1"),
+    ("/v1/select", {"texts": SENTENCES, "k": 2, "seed": -1}, 422, "seed must be in [0, 9223372036854775807]; got -1"),
     ("/v1/select", {"texts": SENTENCES, "k": "2"}, 422, "'k' must be int; got str"),
     ("/v1/select", {"texts": SENTENCES, "k": 2, "coverage": 1}, 422, "'coverage' must be bool; got int"),
 ])
@@ -810,3 +810,55 @@ def test_conversations_use_the_decider_the_server_was_given(embedder, tmp_path, 
     (tmp_path / "junk.npz").write_bytes(b"junk")
     with pytest.raises(DeciderFileError, match=r"junk\.npz: not a decider file"):
         create_app(embedder, decider=tmp_path / "junk.npz")
+
+
+# The hostile round: what a careless or hostile client sends. Each answer is a 4xx that names the
+# field, short whatever the client sent, and never a 500.
+@pytest.mark.parametrize("path, body, status, message", [
+    ("/v1/order", {"texts": SENTENCES, "query": "x" * 501}, 422, "'query' has 501 characters; the limit is max_chars=500"),
+    ("/v1/order", {"texts": SENTENCES, "strategy": "x" * 19_000}, 422, "strategy must be one of"),
+    ("/v1/embeddings", {"input": "a", "model": "m" * 19_000}, 404, "is not served here"),
+    ("/v1/select", {"texts": SENTENCES, "k": 2, "seed": 2**70}, 422, "seed must be in [0, 9223372036854775807]"),
+    ("/v1/order", {"vectors": [[0.0, 0.0], [1.0, 0.0]]}, 422, "'vectors[0]' is all zeros"),
+    ("/v1/order", {"vectors": [[1.0, 0.0]], "query": "whale"}, 422, "'vectors' have 2 dims"),
+    ("/v1/select", {"texts": SENTENCES, "k": 10**30}, 422, "k must be in [1, n_chunks=4]"),
+    ("/v1/conversations/t1/turns", {"user": {"nested": ["x"]}}, 422, "'user' must be str; got dict"),
+    ("/v1/conversations/t1/turns", {"user": "hi", "budget_tokens": 1e30}, 422, "'budget_tokens' must be a positive int"),
+])
+def test_hostile_bodies_get_short_named_refusals(service, path, body, status, message):
+    HTTP.post(service.url + "/v1/conversations", json={"id": "t1"})
+    r = HTTP.post(service.url + path, json=body)
+    assert r.status_code == status and message in r.json()["error"]["message"], r.text[:300]
+    assert len(r.content) < 600  # the client's value is not echoed whole
+
+
+@pytest.mark.parametrize("raw, status, message", [
+    (b"", 400, "not valid JSON"), (b"null", 422, "must be a JSON object; got NoneType"),
+    (b'{"texts": ["a b"], "query": NaN}', 422, "'query' must be str; got float"),
+    (b'{"texts": ["a b"], "texts": 5}', 422, "'texts' must be a list of strings"),  # the last duplicate key counts
+    (b"\xff\xfe{}", 400, "not valid JSON"),
+])
+def test_malformed_bodies_are_named(service, raw, status, message):
+    r = HTTP.post(service.url + "/v1/order", content=raw, headers={"content-type": "application/json"})
+    assert r.status_code == status and message in r.json()["error"]["message"], r.text
+
+
+def test_unknown_conversations_are_404_on_every_endpoint(service):
+    for method, path in (("GET", "/v1/conversations/ghost"), ("GET", "/v1/conversations/ghost/context"),
+                         ("DELETE", "/v1/conversations/ghost"), ("POST", "/v1/conversations/ghost/turns")):
+        r = HTTP.request(method, service.url + path, json={"user": "hi"} if method == "POST" else None)
+        assert r.status_code == 404 and r.json()["error"]["code"] == "conversation_not_found", (method, path, r.text)
+
+
+def test_concurrent_turns_on_one_conversation_each_get_a_turn_of_their_own(service):
+    import concurrent.futures
+
+    HTTP.post(service.url + "/v1/conversations", json={"id": "crowd"})
+    texts = [f"Question {i}: how long should the dough rest before baking?" for i in range(8)]
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(lambda t: httpx.post(service.url + "/v1/conversations/crowd/turns",
+                                                     json={"user": t}, timeout=60), texts))
+    assert {r.status_code for r in answers} == {200}
+    assert sorted(r.json()["turn"] for r in answers) == list(range(8))  # no turn lost, none twice
+    forest = HTTP.get(service.url + "/v1/conversations/crowd").json()
+    assert forest["turns"] == 8 and sorted(node["user"] for node in forest["forest"]["nodes"]) == sorted(texts)

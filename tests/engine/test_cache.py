@@ -3,6 +3,8 @@
 import hashlib
 import multiprocessing as mp
 import sqlite3
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -106,14 +108,16 @@ def test_a_damaged_file_is_moved_aside_and_replaced(tmp_path, caplog, damage):
     assert "cannot be read" in caplog.text and str(aside[0]) in caplog.text
 
 
-def test_a_locked_cache_is_not_mistaken_for_damage(tmp_path):
+def test_a_locked_cache_is_not_mistaken_for_damage(tmp_path, caplog):
     path = tmp_path / "c.sqlite"
     EmbeddingCache(path).close()
     holder = sqlite3.connect(path, isolation_level=None)
-    holder.execute("BEGIN EXCLUSIVE")  # another process holds the write lock
+    holder.execute("BEGIN EXCLUSIVE")  # another process holds the write lock past the timeout
     try:
-        with EmbeddingCache(path, timeout=0.1) as cache, pytest.raises(sqlite3.OperationalError, match="locked"):
-            cache.put("m", ["a"], vector_of("a")[None])
+        with EmbeddingCache(path, timeout=0.1) as cache:
+            cache.put("m", ["a"], vector_of("a")[None])  # not stored: the run goes on
+            assert not cache.writable
+        assert "cannot be written (database is locked); going on without storing" in caplog.text
     finally:
         holder.execute("ROLLBACK")
         holder.close()
@@ -246,3 +250,58 @@ def test_a_wrong_output_array_is_refused_before_embedding(make):
     embedder = _FailingEmbedder(good=0)  # any call to embed would fail with KeyboardInterrupt
     with pytest.raises(ValueError, match=r"out must be a writable float32 array of shape \(4, 8\)"):
         embed_texts(["a", "b", "c", "d"], embedder, None, out=make())
+
+
+def test_a_file_of_yours_given_as_the_cache_is_refused_and_left_alone(tmp_path):
+    notes = tmp_path / "notes.md"
+    notes.write_text("# my notes\nnever to be moved\n", encoding="utf-8")
+    with pytest.raises(ValueError, match=r"notes\.md is not an SQLite file \(it starts with b'# my notes"):
+        EmbeddingCache(notes)
+    assert notes.read_text(encoding="utf-8") == "# my notes\nnever to be moved\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["notes.md"]  # nothing moved aside, nothing made
+
+
+@pytest.mark.parametrize("make, message", [
+    (lambda p: p.mkdir(), "is a folder; give the path of a file"),
+    (lambda p: p.parent.mkdir() or None, None),  # fine: a new file in a new folder
+])
+def test_a_cache_path_that_is_a_folder_is_refused(tmp_path, make, message):
+    path = tmp_path / "sub" / "c.sqlite" if message is None else tmp_path / "c.sqlite"
+    make(path)
+    if message is None:
+        EmbeddingCache(path).close()
+        assert path.is_file()
+    else:
+        with pytest.raises(ValueError, match=message):
+            EmbeddingCache(path)
+
+
+def test_a_cache_under_a_file_is_refused_naming_it(tmp_path):
+    (tmp_path / "afile").write_text("x")
+    with pytest.raises(ValueError, match=r"afile/c\.sqlite: cannot create its folder"):
+        EmbeddingCache(tmp_path / "afile" / "c.sqlite")
+
+
+FULL_DISK = r'''
+import logging, resource, signal, sys
+logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+import numpy as np
+from chunktree.engine.cache import EmbeddingCache
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, as on a full disk
+resource.setrlimit(resource.RLIMIT_FSIZE, (40_000, 40_000))
+cache = EmbeddingCache(sys.argv[1])
+rng = np.random.default_rng(0)
+for batch in range(40):  # 5 vectors of 1,536 bytes a batch: the first fit, the later ones do not
+    v = rng.standard_normal((5, 384)).astype(np.float32)
+    cache.put("m", [f"text {batch} {i}" for i in range(5)], v / np.linalg.norm(v, axis=1, keepdims=True))
+got, found = cache.get("m", ["text 0 0", "text 39 4"], 384)
+print(cache.writable, int(found.sum()))
+'''
+
+
+def test_a_full_disk_stops_storing_with_one_warning_and_the_run_goes_on(tmp_path):
+    r = subprocess.run([sys.executable, "-c", FULL_DISK, str(tmp_path / "c.sqlite")], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["False", "1"]  # the first batch was stored and reads back; the last was not
+    assert r.stderr.count("cannot be written") == 1 and "Traceback" not in r.stderr

@@ -113,8 +113,8 @@ def test_scale_refuses_bad_input_before_work(tmp_path, capsys):
     bad = tmp_path / "x.npy"
     bad.write_text("not an array")
     for args, message in ((["--embeddings", str(bad)], "not a readable .npy file"),
-                          (["--time-budget", "0"], "--time-budget must be a number > 0.0; got 0.0"),
-                          (["--sizes", "1"], "sizes (chunk counts) must be >= 100; got 1")):
+                          (["--time-budget", "0"], "argument --time-budget: must be a finite number > 0; got '0'"),
+                          (["--sizes", "1"], "argument --sizes: must be >= 100; got 1")):
         assert main(["scale", "--no-plots", "-o", str(tmp_path / "r"), *args]) == 2
         err = capsys.readouterr().err
         assert message in err, err

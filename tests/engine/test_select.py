@@ -99,7 +99,7 @@ def test_chunks_keep_provenance(embedder):
     ({"budget_tokens": 10, "tokens": np.full(50, 100)}, "below one representative"),
     ({"budget_tokens": 100, "tokens": np.full(3, 10)}, "tokens must be 50 non-negative ints"),
     ({"k": 3, "per_cluster": 0}, "per_cluster must be >= 1; got 0"),
-    ({"k": 3, "seed": -1}, "seed must be >= 0; got -1"),
+    ({"k": 3, "seed": -1}, r"seed must be in \[0, 9223372036854775807\]; got -1"),
     ({"k": 3, "coverage": "yes"}, "coverage must be a bool; got 'yes'"),
     ({"k": 3, "balance": True, "coverage": True}, "balance and coverage are two ways of choosing the clusters"),
 ])

@@ -102,7 +102,7 @@ def test_train_track_fits_from_jsonl_and_track_uses_it(tmp_path, capsys):
     assert not (tmp_path / "few.npz").exists()
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"user": "no topic here"}) + "\n")
-    assert main(["train-track", str(bad), "-o", str(out)]) == 2
+    assert main(["train-track", str(bad), "-o", str(out), "--force"]) == 2
     assert "bad.jsonl:1: a turn needs a 'topic'" in capsys.readouterr().err
 
 

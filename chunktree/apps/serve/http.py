@@ -181,6 +181,10 @@ def vectors_field(body: dict[str, Any], field: str, limits: Limits) -> np.ndarra
             if not isinstance(v, (int, float)) or isinstance(v, bool):
                 raise HTTPError(422, f"'{field}[{i}][{j}]' must be a number; got {type(v).__name__}", field)
     x = np.array(value, dtype=np.float64)
+    zero = np.flatnonzero(~x.any(axis=1))
+    if zero.size:
+        raise HTTPError(422, f"'{field}[{zero[0]}]' is all zeros: a vector needs a direction for cosine similarity "
+                             f"({zero.size} such row(s))", field)
     bad = ~np.isfinite(x) | (np.abs(x) > np.finfo(np.float32).max)
     if bad.any():
         i, j = np.argwhere(bad)[0]

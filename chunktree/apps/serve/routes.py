@@ -74,7 +74,7 @@ def _check_served(service: Service, model: str, param: str | None) -> None:
     """404 ``model_not_found`` unless ``model`` is the served model's name or id."""
     served = (service.embedder.name, service.embedder.model_id)
     if model not in served:
-        raise HTTPError(404, f"the model {model!r} is not served here; this server serves {served[0]!r} "
+        raise HTTPError(404, f"the model {model!r:.80} is not served here; this server serves {served[0]!r} "
                              f"(model id {served[1]!r})", param, code="model_not_found")
 
 
@@ -92,7 +92,7 @@ async def embeddings(service: Service, body: dict[str, Any], params: dict[str, s
     texts = texts_field(body, "input", limits, allow_single=True)
     fmt = optional_field(body, "encoding_format", str, "float")
     if fmt not in ("float", "base64"):
-        raise HTTPError(422, f"'encoding_format' must be 'float' or 'base64'; got {fmt!r}", "encoding_format")
+        raise HTTPError(422, f"'encoding_format' must be 'float' or 'base64'; got {fmt!r:.80}", "encoding_format")
     model = optional_field(body, "model", str, None)
     if model is not None:
         _check_served(service, model, "model")
@@ -149,6 +149,9 @@ def _chunks_field(service: Service, body: dict[str, Any]) -> Any:
 async def order_endpoint(service: Service, body: dict[str, Any], params: dict[str, str]) -> Any:
     chunks = _chunks_field(service, body)
     query = optional_field(body, "query", str, None)
+    if query is not None and len(query) > service.limits.max_chars:
+        raise HTTPError(422, f"'query' has {len(query):,} characters; the limit is max_chars="
+                             f"{service.limits.max_chars:,}", "query")
     strategy = optional_field(body, "strategy", str, DEFAULT_STRATEGY)
     root = optional_field(body, "root", int, None)
     if query is not None and isinstance(chunks, np.ndarray) and chunks.shape[1] != service.embedder.dim:
@@ -202,7 +205,7 @@ def _budget(value: Any) -> int | None:
                             "budget_tokens")
         value = int(value)
     if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise HTTPError(422, f"'budget_tokens' must be a positive int; got {value!r}", "budget_tokens")
+        raise HTTPError(422, f"'budget_tokens' must be a positive int; got {value!r:.80}", "budget_tokens")
     return value
 
 

@@ -177,4 +177,4 @@ def test_read_prints_how_much_evidence_it_shows(tmp_path, capsys):
     assert "(2 of " in out and found == 2
     assert "#chunk id and [start:end] character offsets count from 0" in out
     assert main(["read", "examples/notes", "--extractive", "--evidence", "-1"]) == 2
-    assert "--evidence must be >= 0; got -1" in capsys.readouterr().err
+    assert "argument --evidence: must be >= 0; got -1" in capsys.readouterr().err

@@ -1,0 +1,110 @@
+"""What the CLI writes: never over one of its inputs, never over a file it was not asked to replace
+(--force), every error naming the option typed, and out-of-range values refused or clamped aloud."""
+
+import json
+import logging
+
+import pytest
+
+
+def test_embed_does_not_write_its_chunks_over_its_input(tmp_path, cli):
+    mine = tmp_path / "mine.jsonl"
+    mine.write_text('{"text": "my original"}\n', encoding="utf-8")
+    r = cli("embed", mine, "-o", tmp_path / "mine.npy", "--no-cache")
+    assert r.returncode == 2
+    assert f"-o {tmp_path / 'mine.npy'}: its chunks file {mine} is one of the inputs, {mine}" in r.stderr
+    assert mine.read_text(encoding="utf-8") == '{"text": "my original"}\n'
+    assert not (tmp_path / "mine.npy").exists()
+
+
+def test_an_output_inside_an_input_folder_is_named_as_an_input(tmp_path, cli):
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "a.md").write_text("# Bread\nFlour, water and salt make a loaf of bread.\n", encoding="utf-8")
+    (notes / "out.jsonl").write_text('{"text": "a record of mine"}\n', encoding="utf-8")
+    r = cli("embed", notes, "-o", notes / "out.npy", "--no-cache")
+    assert r.returncode == 2 and "is one of the inputs" in r.stderr and "(inside the input folder)" in r.stderr
+    assert (notes / "out.jsonl").read_text(encoding="utf-8") == '{"text": "a record of mine"}\n'
+
+
+def test_an_existing_output_is_replaced_only_with_force(tmp_path, cli):
+    (tmp_path / "a.txt").write_text("Whales are the largest animals that ever lived.", encoding="utf-8")
+    out = tmp_path / "v.npy"
+    out.write_bytes(b"someone else's file")
+    r = cli("embed", tmp_path / "a.txt", "-o", out, "--no-cache")
+    assert r.returncode == 2 and "exists, and chunktree replaces no file unasked" in r.stderr and "--force" in r.stderr
+    assert out.read_bytes() == b"someone else's file"
+    r = cli("embed", tmp_path / "a.txt", "-o", out, "--no-cache", "--force")
+    assert r.returncode == 0 and out.read_bytes()[:6] == b"\x93NUMPY"
+
+
+def _existing(tmp_path, name):
+    path = tmp_path / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("precious", encoding="utf-8")
+    return path
+
+
+# Each command's outputs, each already there: refused before any work, the file untouched.
+@pytest.mark.parametrize("command, output", [
+    (["order", "examples/notes", "--no-cache", "--html"], "tree.html"),
+    (["select", "examples/notes", "-k", "2", "--no-cache", "--png"], "map.png"),
+    (["read", "examples/notes", "--extractive", "--no-cache", "--trace"], "trace.jsonl"),
+    (["eval-order", "examples/chats.jsonl", "--no-cache", "--json"], "eval.json"),
+    (["eval-track", "examples/chats.jsonl", "--no-cache", "--json"], "track.json"),
+    (["train-track", "examples/chats.jsonl", "--no-cache", "-o"], "decider.npz"),
+    (["scale", "--sizes", "100", "--no-plots", "-o"], "report/scale.json"),
+    (["export", "examples", "-o"], "model.onnx"),
+])
+def test_every_command_refuses_an_existing_output(tmp_path, cli, command, output):
+    path = _existing(tmp_path, output)
+    r = cli(*command, path.parent if output.startswith("report/") else path)
+    assert r.returncode == 2 and "exists, and chunktree replaces no file unasked" in r.stderr, r.stderr
+    assert path.read_text(encoding="utf-8") == "precious"
+
+
+def test_track_save_refuses_an_existing_conversation_file(tmp_path, cli):
+    dialogue = tmp_path / "d.jsonl"
+    dialogue.write_text(json.dumps({"user": "How do I feed a sourdough starter?", "conversation": "bread"}) + "\n",
+                        encoding="utf-8")
+    saved = _existing(tmp_path, "forests/bread.json")
+    r = cli("track", dialogue, "--save", tmp_path / "forests", "--no-cache")
+    assert r.returncode == 2 and "--save (conversation 'bread') " in r.stderr and "exists" in r.stderr
+    assert saved.read_text(encoding="utf-8") == "precious"
+    r = cli("track", dialogue, "--save", tmp_path / "forests", "--no-cache", "--force")
+    assert r.returncode == 0 and json.loads(saved.read_text(encoding="utf-8"))["format"] == "chunktree-forest"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["order", "examples/notes", "-q", "hi", "--neighbours", "0"], "argument --neighbours: must be >= 1; got 0"),
+    (["order", "examples/notes", "--root", "99"], "--root (a chunk index) must be in [0, 6]; got 99"),
+    (["order", "examples/notes", "--overlap", "500"], "--overlap must be in [0, 253]; got 500"),
+    (["order", "examples/notes", "--chunk-tokens", "2"], "--chunk-tokens must be > 2"),
+    (["select", "examples/notes", "-k", "9"], "-k must be in [1, n_chunks=7]; got 9"),
+    (["select", "examples/notes", "-k", "2", "--seed", "99999999999999999999"], "--seed must be in [0, "),
+    (["read", "examples/notes", "--extractive", "--memory-tokens", "3"], "argument --memory-tokens: must be >= 16"),
+    (["serve", "--port", "70000"], "argument --port: must be in [1, 65535]; got 70000"),
+    (["serve", "--max-wait-ms", "-1"], "argument --max-wait-ms: must be a finite number >= 0"),
+    (["serve", "--queue-timeout", "nan"], "argument --queue-timeout: must be a finite number > 0"),
+    (["train-track", "x.jsonl", "-o", "d.npz", "--threshold", "2"], "argument --threshold: must be a finite number >= 0 "
+                                                                    "and <= 1"),
+    (["eval-track", "x.json", "--lengths", "1"], "argument --lengths: must be >= 2; got 1"),
+])
+def test_every_error_names_the_option_typed(cli, args, message):
+    r = cli(*args, "--no-cache") if args[0] != "serve" else cli(*args)
+    assert r.returncode == 2 and message in r.stderr, r.stderr
+
+
+def test_per_cluster_past_the_clusters_sizes_says_what_it_gives(cli):
+    r = cli("select", "examples/notes", "-k", "2", "--per-cluster", "99", "--no-cache")
+    assert r.returncode == 0
+    assert "up to 99 representative(s) each: --per-cluster 99 is more than 2 of the clusters hold" in r.stdout
+    shown = [line for line in r.stdout.splitlines() if line.startswith("   #")]
+    assert len(shown) == 7  # every chunk, once
+
+
+def test_more_neighbours_than_chunks_are_clamped_aloud(cli, caplog):
+    with caplog.at_level(logging.WARNING):
+        r = cli("order", "examples/notes", "--method", "sparse", "--neighbours", "50", "--format", "json", "--no-cache")
+    assert r.returncode == 0 and json.loads(r.stdout)["params"]["k"] == 6
+    assert "k=50 neighbours asked for, but 7 chunks have at most 6 others each: using k=6" in caplog.text
