@@ -215,6 +215,20 @@ def test_a_forest_file_nested_past_the_parser_is_refused(embedder, tmp_path):
         Forest.load(tmp_path / "deep.json", embedder)
 
 
+def test_a_huge_forest_file_is_refused_with_a_short_message(embedder, forest, tmp_path):
+    import json
+
+    f, _ = forest
+    f.save(tmp_path / "big.json")
+    data = json.loads((tmp_path / "big.json").read_text(encoding="utf-8"))
+    node = data["nodes"][1]
+    data["nodes"] = [dict(node, id=i, parent=None, children=[]) for i in range(50_000)]  # trees do not list them
+    (tmp_path / "big.json").write_text(json.dumps(data), encoding="utf-8")
+    with pytest.raises(ForestFileError, match=r"big\.json: ") as info:
+        Forest.load(tmp_path / "big.json", embedder)
+    assert len(str(info.value)) < 400  # the 50,000 ids are not echoed
+
+
 @pytest.mark.parametrize("change, message", [
     (lambda v: v.__setitem__((2, 0), np.nan), r"vectors\[2\]: not a finite unit vector \(norm nan\)"),
     (lambda v: v.__setitem__(3, 0.0), r"vectors\[3\]: not a finite unit vector \(norm 0\)"),
