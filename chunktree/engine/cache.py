@@ -92,6 +92,12 @@ class EmbeddingCache:
         SQLite file; default ``<cache dir>/embeddings.sqlite`` (see ``chunktree.paths``).
     timeout
         seconds to wait for another process's write lock.
+
+    Attributes
+    ----------
+    writable
+        False once a write failed (a full disk, a read-only file, a lock held past ``timeout``):
+        lookups go on, nothing more is stored.
     """
 
     def __init__(self, path: str | Path | None = None, *, timeout: float = 60.0) -> None:

@@ -11,8 +11,9 @@ What is read, by name and by content:
 - any of these compressed with gzip, bzip2 or xz (``NEWS.gz``, ``ls.1.gz``, ``notes.md.xz``): the
   name without the compression suffix decides as above.
 
-Files and folders are given as paths; folders are searched recursively in sorted order, with
-``include``/``exclude`` globs to choose, and each file is read once however often it is reached.
+Files and folders are given as paths; folders are searched recursively in sorted order, hidden
+files and folders (``.git``) left out, with ``include``/``exclude`` globs to choose, and each file
+is read once however often it is reached.
 In a folder, a file that is not text (binary, not UTF-8, empty) is skipped and named with the
 reason in one warning; named on its own, it is an error. Every other problem, such as a bad JSONL
 line or an unreadable PDF, raises ``DocumentError`` naming the file.
@@ -49,6 +50,7 @@ COMPRESSIONS: dict[str, tuple[re.Pattern[bytes], Callable[[IO[bytes]], Any]]] = 
     ".xz": (re.compile(b"\xfd7zXZ\x00"), lambda f: lzma.LZMAFile(f)),
 }
 MAX_DECOMPRESSED = 1 << 30  # bytes; a larger member is refused (a decompression bomb or not a document)
+NAMED_SKIPS = 50  # files skipped in a folder that the warning names; the rest are logged at INFO
 SAMPLE_SOURCE = "sample:moby-dick"
 READS = ("UTF-8 text (any name: .txt, README, source code), .md, .rst, .html, .pdf, .jsonl, man pages; "
          "each also .gz/.bz2/.xz")
@@ -96,7 +98,8 @@ def read_paths(paths: Iterable[str | Path], include: Iterable[str] = (), exclude
     Parameters
     ----------
     paths
-        files and folders; a folder is searched recursively, in sorted order.
+        files and folders; a folder is searched recursively, in sorted order, leaving out hidden
+        files and folders (names starting with ``.``).
     include, exclude
         glob patterns (``fnmatch``: ``*`` also crosses ``/``) for the files found in folders, matched
         against the file's name and its path inside the folder given: with ``include``, only files that
@@ -114,7 +117,11 @@ def read_paths(paths: Iterable[str | Path], include: Iterable[str] = (), exclude
                 raise
             skipped.append(str(exc))
     if skipped:
-        log.warning("skipped %d file(s) that are not text documents: %s", len(skipped), "; ".join(skipped))
+        named = "; ".join(skipped[:NAMED_SKIPS])
+        more = f"; and {len(skipped) - NAMED_SKIPS} more (-v names them)" if len(skipped) > NAMED_SKIPS else ""
+        log.warning("skipped %d file(s) that are not text documents: %s%s", len(skipped), named, more)
+        for reason in skipped[NAMED_SKIPS:]:
+            log.info("skipped %s", reason)
     if not docs:
         found = f"{len(skipped)} file(s) skipped, named above" if skipped else "no files found"
         raise DocumentError(f"no documents in {', '.join(map(str, paths))}: {found}; chunktree reads {READS}")
@@ -147,8 +154,8 @@ def _expand(paths: Iterable[str | Path], include: list[str], exclude: list[str])
 
 
 def _walk(folder: Path) -> Iterator[Path]:
-    """The files under ``folder`` in sorted order, following links to folders but never into a folder
-    already on the way down (a link loop)."""
+    """The files under ``folder`` in sorted order, leaving out hidden ones (``.git``, ``.cache``...),
+    following links to folders but never into a folder already on the way down (a link loop)."""
     def visit(d: Path, ancestors: frozenset[tuple[int, int]]) -> Iterator[Path]:
         try:
             entries = sorted(os.scandir(d), key=lambda e: e.name)
@@ -156,6 +163,9 @@ def _walk(folder: Path) -> Iterator[Path]:
             raise DocumentError(f"{d}: folder cannot be read ({exc.strerror or exc})") from None
         for entry in entries:
             p = Path(entry.path)
+            if entry.name.startswith("."):
+                log.info("%s: hidden: not read (name it to read it)", p)
+                continue
             if entry.is_dir():  # follows links
                 st = p.stat()
                 key = (st.st_dev, st.st_ino)
@@ -227,7 +237,7 @@ def _decompress(path: Path, data: bytes, suffix: str, opener: Callable[[IO[bytes
         raise NotText(f"{path}: not a readable {suffix} file ({exc})") from None
     if len(out) > MAX_DECOMPRESSED:
         raise NotText(f"{path}: decompresses to more than {MAX_DECOMPRESSED >> 30} GiB; "
-                            "decompress it yourself if it is meant to be read")
+                      "decompress it yourself if it is meant to be read")
     return out
 
 

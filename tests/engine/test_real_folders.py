@@ -186,3 +186,21 @@ def test_every_type_reads_the_same_compressed(tmp_path, name, suffix):
         [d.source.replace(str(tmp_path / name), "X") for d in plain]
     if name in ("notes.txt", "README", "notes.rst", "api.rst.txt", "frob.py"):
         assert plain[0].text == data.decode()  # read verbatim
+
+
+def test_hidden_folders_are_left_out_and_a_long_skip_list_is_cut(doc_folder, caplog, monkeypatch):
+    git = doc_folder / ".git" / "objects"
+    git.mkdir(parents=True)
+    for i in range(5):
+        (git / f"obj{i}").write_bytes(b"x\x00\x01" * 10)  # binary, as git's objects are
+    (doc_folder / ".hidden-notes.txt").write_text("not read unless named", encoding="utf-8")
+    for i in range(4):
+        (doc_folder / f"blob{i}.bin").write_bytes(BLOB)
+    monkeypatch.setattr(documents, "NAMED_SKIPS", 3)
+    with caplog.at_level(logging.INFO):
+        docs = read_paths([doc_folder])
+    assert sorted(_by_name(docs)) == sorted([*EXPECTED, "frob.1.gz"])
+    warning = next(r.getMessage() for r in caplog.records if r.levelno == logging.WARNING)
+    assert "skipped 5 file(s)" in warning and "; and 2 more (-v names them)" in warning and ".git" not in warning
+    assert ".git: hidden: not read" in caplog.text
+    assert read_paths([doc_folder / ".hidden-notes.txt"])[0].text == "not read unless named"  # named: read
