@@ -411,8 +411,9 @@ def build_parser() -> argparse.ArgumentParser:
 FLAGS = {"chunk_tokens": "--chunk-tokens", "overlap_tokens": "--overlap", "batch_size": "--batch-size",
          "batch_tokens": "--batch-tokens", "threads": "--threads", "root": "--root", "per_cluster": "--per-cluster",
          "budget_tokens": "--budget-tokens", "memory_tokens": "--memory-tokens", "window_tokens": "--window-tokens",
-         "memory_weight": "--memory-weight", "seed": "--seed", "query": "--query"}
-COMMAND_FLAGS = {"order": {"k": "--neighbours"}, "select": {"k": "-k"}}
+         "memory_weight": "--memory-weight", "seed": "--seed", "query": "--query", "model": "--model"}
+COMMAND_FLAGS = {"order": {"k": "--neighbours"}, "select": {"k": "-k"}, "read": {"model": "--embed-model"},
+                 "eval-order": {"model": "--embed-model"}}
 
 
 def _name_the_option(command: str, message: str) -> str:

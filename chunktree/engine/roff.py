@@ -42,7 +42,7 @@ def looks_like_roff(text: str) -> bool:
     for line in text.lstrip("\ufeff").splitlines()[:40]:
         if re.match(r"^\.\s*(TH|Dd)\b", line):
             return True
-        if line.strip() and not line.startswith((".\\\"", "'\\\"", '.\\"', "'.")) and not line.startswith("."):
+        if line.strip() and not line.startswith((".", "'")):  # text before the title: not a man page
             return False
     return False
 
@@ -53,7 +53,8 @@ def _unescape(text: str) -> str:
             return _CHARS.get(m.group("two"), "")
         if m.group("name") is not None:
             name = m.group("name")
-            return _CHARS.get(name, chr(int(name[2:], 16)) if re.fullmatch(r"u[0-9A-Fa-f]{4,6}", name) else "")
+            code = int(name[1:], 16) if re.fullmatch(r"u[0-9A-Fa-f]{4,6}", name) else -1  # \[u2014]
+            return _CHARS.get(name, chr(code) if 0 <= code <= 0x10FFFF and not 0xD800 <= code <= 0xDFFF else "")
         for key in ("str", "str2", "str1"):
             if m.group(key) is not None:
                 return _STRINGS.get(m.group(key), "")

@@ -89,6 +89,8 @@ def test_track_save_refuses_an_existing_conversation_file(tmp_path, cli):
     (["train-track", "x.jsonl", "-o", "d.npz", "--threshold", "2"], "argument --threshold: must be a finite number >= 0 "
                                                                     "and <= 1"),
     (["eval-track", "x.json", "--lengths", "1"], "argument --lengths: must be >= 2; got 1"),
+    (["order", "examples/notes", "--model", "nope"], "--model must be one of"),
+    (["read", "examples/notes", "--extractive", "--embed-model", "nope"], "--embed-model must be one of"),
 ])
 def test_every_error_names_the_option_typed(cli, args, message):
     r = cli(*args, "--no-cache") if args[0] != "serve" else cli(*args)

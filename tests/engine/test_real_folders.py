@@ -40,7 +40,7 @@ Turns each \fBWIDGET\fP into a gadget \(em quickly.
 \fB\-b\fR, \fB\-\-blue\fR
 make the gadget blue
 .SS "Exit status"
-0 if OK.
+0 if OK \[u2014] or not\[u110000]\[uD800].
 .SH "SEE ALSO"
 .BR widget (5)
 """
@@ -100,6 +100,7 @@ def test_a_man_page_reads_as_its_text_with_section_headings(doc_folder):
     assert "frob - turn widgets into gadgets" in text
     assert "Turns each WIDGET into a gadget — quickly." in text
     assert "-b, --blue" in text and "widget(5)" in text
+    assert "0 if OK — or not." in text  # \[u2014] read; a code past Unicode or a lone surrogate dropped
     for residue in ("\\f", ".TH", ".SH", ".PP", '.\\"', "\\-", "\\("):
         assert residue not in text, residue
 
