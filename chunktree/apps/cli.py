@@ -762,7 +762,8 @@ def cmd_read(args: argparse.Namespace) -> int:
     who = "extractive reader" if llm is None else f"LLM {llm.model} at {llm.base_url}"
     print(f"{len(chunks)} chunks, order {args.order}, {len(result.steps)} worker steps ({who}), "
           f"{len(result.failures)} failed; chunk {chunk_s:.2f} s, read {doc['timings']['total_s']:.2f} s")
-    print(f"\nanswer:\n{result.answer}")
+    empty = "(no whole sentence in the chunks to quote: see the docs, Read)" if llm is None else "(empty)"
+    print(f"\nanswer:\n{result.answer or empty}")
     evidence = result.memory.get("evidence", [])
     if evidence:
         shown = evidence[:args.evidence]

@@ -176,5 +176,8 @@ def test_read_prints_how_much_evidence_it_shows(tmp_path, capsys):
     found = len(out.split("evidence in memory")[1].splitlines()) - 1
     assert "(2 of " in out and found == 2
     assert "#chunk id and [start:end] character offsets count from 0" in out
+    (tmp_path / "frag.md").write_text("# Title\n\nshort bit\n", encoding="utf-8")
+    assert main(["--no-progress", "read", str(tmp_path / "frag.md"), "--extractive", "--no-cache", "-q", "what?"]) == 0
+    assert "answer:\n(no whole sentence in the chunks to quote" in capsys.readouterr().out
     assert main(["read", "examples/notes", "--extractive", "--evidence", "-1"]) == 2
     assert "argument --evidence: must be >= 0; got -1" in capsys.readouterr().err
