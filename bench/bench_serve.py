@@ -1,7 +1,9 @@
 """Service latency and throughput on loopback: single 15-word sentences from 1, 8 and 32 concurrent
 clients against `chunktree serve` with micro-batching on and off, the same batched server on the
 onnxruntime fp32 backend (``onnxruntime``), and the in-process embedder as the floor, all in the
-same run. Each server runs in its own process.
+same run. Each server runs in its own process, without the embedding cache (``--no-cache``): the
+same sentence is sent again and again, and the model's path is what is measured
+(bench_serve_cache.py measures the cache).
 
     python -m pytest bench/bench_serve.py
     CHUNKTREE_BENCH_SOAK=1 python -m pytest bench/bench_serve.py -k soak   # 5 minutes
@@ -33,6 +35,10 @@ SOAK = os.environ.get("CHUNKTREE_BENCH_SOAK") == "1"
 
 
 def start_server(*extra):
+    """``chunktree serve`` on a free port; without the embedding cache unless ``extra`` names one,
+    so that the model's path is what is measured (the cache is measured in bench_serve_cache.py)."""
+    if "--cache" not in extra:
+        extra = ("--no-cache", *extra)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

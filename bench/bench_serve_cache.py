@@ -1,7 +1,8 @@
 """The service's embedding cache: the first and the second call of ``/v1/order`` and ``/v1/select``
 on the same 250 and 1,000 sentences of the sample corpus (other sentences for each case), against a server started with
 ``--cache FILE`` and one with ``--no-cache`` (the reference), in the same run. Each server is
-warmed up first on other sentences, so the first call pays for embedding, not for loading.
+warmed up first on other sentences, so the first call pays for embedding, not for loading. And
+what the cache costs a request it cannot serve: single new sentences on /v1/embeddings, p50 and p99.
 
     python -m pytest bench/bench_serve_cache.py
 """
@@ -64,6 +65,25 @@ def test_first_and_second_call(results, servers, server, n, path):
                                   "second_hits": second["embedding"]["cache_hits"]}
 
 
+@pytest.mark.parametrize("server", ["cache", "no_cache"])
+def test_single_sentence_latency_when_every_text_is_new(results, servers, server):
+    """What the cache costs a request it cannot serve: one new sentence at a time (a lookup that
+    misses, the model, and a write), against the server without the cache."""
+    url = servers[server]
+    texts = sentences(300, skip=6_000 if server == "cache" else 6_300)
+    client = httpx.Client(timeout=60)
+    for text in texts[:20]:  # warm-up
+        client.post(url + "/v1/embeddings", json={"input": text})
+    seconds = []
+    for text in texts[20:]:
+        t0 = time.perf_counter()
+        r = client.post(url + "/v1/embeddings", json={"input": text})
+        seconds.append(time.perf_counter() - t0)
+        assert r.status_code == 200
+    seconds.sort()
+    results["latency"][server] = {"p50": seconds[len(seconds) // 2], "p99": seconds[int(0.99 * len(seconds))]}
+
+
 @summary
 def cache_summary(results):
     lines = []
@@ -76,4 +96,9 @@ def cache_summary(results):
                          f"({c['second_hits']:,} of {n:,} from the cache; {c['first_s'] / c['second_s']:.1f}x faster); "
                          f"without it {ref['first_s']:.2f} s, {ref['second_s']:.2f} s; second call with / without the "
                          f"cache {c['second_s'] / ref['second_s']:.3f}")
+    c, ref = results.get("latency", {}).get("cache"), results.get("latency", {}).get("no_cache")
+    if c and ref:
+        lines.append(f"/v1/embeddings, one new sentence a request (every lookup misses): p50 {c['p50'] * 1e3:.2f} ms with "
+                     f"the cache, {ref['p50'] * 1e3:.2f} ms without ({(c['p50'] - ref['p50']) * 1e3:+.2f} ms); p99 "
+                     f"{c['p99'] * 1e3:.2f} / {ref['p99'] * 1e3:.2f} ms")
     return lines
