@@ -719,7 +719,7 @@ def cmd_select(args: argparse.Namespace) -> int:
             where = "the centre" if args.coverage and j == 0 else f"distance {rep['distance']:.3f}"
             print(f"   #{rep['id']} {rep['source']} [{rep['start']}:{rep['end']}]{heading} "
                   f"{where}\n      {_snippet(rep['text'])}")
-    if isinstance(k, int) and args.per_cluster > 0:
+    if isinstance(k, int):
         _hint_k(result, k, args.seed)
     return 0
 

@@ -138,9 +138,7 @@ def _expand(paths: Iterable[str | Path], include: list[str], exclude: list[str])
         if path.is_dir():
             for file in _walk(path):
                 rel = file.relative_to(path).as_posix()
-                if include and not any(fnmatch.fnmatch(rel, g) or fnmatch.fnmatch(file.name, g) for g in include):
-                    continue
-                if any(fnmatch.fnmatch(rel, g) or fnmatch.fnmatch(file.name, g) for g in exclude):
+                if (include and not _matches(rel, include)) or _matches(rel, exclude):
                     continue
                 if _first_time(file, seen):
                     yield file, True
@@ -151,6 +149,12 @@ def _expand(paths: Iterable[str | Path], include: list[str], exclude: list[str])
             raise DocumentError(f"{path}: no such file or folder")
     if not any_path:
         raise DocumentError("no input paths given")
+
+
+def _matches(rel: str, globs: list[str]) -> bool:
+    """Whether a file's path inside its folder, or its name, matches one of ``globs``."""
+    name = rel.rsplit("/", 1)[-1]
+    return any(fnmatch.fnmatch(rel, g) or fnmatch.fnmatch(name, g) for g in globs)
 
 
 def _walk(folder: Path) -> Iterator[Path]:

