@@ -136,6 +136,8 @@ def unicode(value: str, name: str) -> str:
 # Rows whose L2 norm is within this of 1 are taken as unit rows and not renormalised (float32
 # normalisation leaves norms within about 1e-7 of 1).
 UNIT_TOLERANCE = 1e-6
+# The same for float16 rows: rounding each value to float16 moves a unit row's norm by about 1e-4.
+UNIT_TOLERANCE_F16 = 2e-3
 
 
 def check_array(x: Any, name: str = "X") -> np.ndarray:
@@ -158,7 +160,7 @@ def _finite(arr: np.ndarray, name: str, first_row: int = 0) -> None:
                                 f"{(int(bad[0]) + first_row, *(int(b) for b in bad[1:]))}")
 
 
-def unit_rows(x: Any, name: str, block: int = 65536) -> np.ndarray:
+def unit_rows(x: Any, name: str, block: int = 65536, keep_float16: bool = False) -> np.ndarray:
     """``x``'s rows scaled to unit L2 norm, as C-contiguous float32 (n, d), checked block by block
     (``check_array``'s rules; zero rows are an error) with scratch of one block.
 
@@ -166,14 +168,20 @@ def unit_rows(x: Any, name: str, block: int = 65536) -> np.ndarray:
     ``chunktree embed`` writes) are returned as a read-only view, not copied: a memory-mapped
     ``.npy`` stays on disk, in the page cache. Anything else (float16, float64, other norms)
     becomes one new array, written block by block.
+
+    With ``keep_float16``, float16 rows stay float16 (half the memory; the caller reads them
+    through ``kernels.rows``): unit rows within ``UNIT_TOLERANCE_F16`` are returned as a view,
+    other norms are normalised into a float16 copy.
     """
     arr = np.asarray(x)
     if arr.dtype.kind not in "fiu":
         raise InvalidTypeError(f"{name} must be a numeric array; got dtype {arr.dtype}")
     if arr.ndim != 2:
         raise InvalidValueError(f"{name} must be a 2-D array (n, d); got shape {arr.shape}")
-    as_is = arr.dtype == np.float32 and arr.flags.c_contiguous
-    out = None if as_is else np.empty(arr.shape, dtype=np.float32)
+    dtype = np.float16 if keep_float16 and arr.dtype == np.float16 else np.float32
+    tolerance = UNIT_TOLERANCE_F16 if dtype == np.float16 else UNIT_TOLERANCE
+    as_is = arr.dtype == dtype and arr.flags.c_contiguous
+    out = None if as_is else np.empty(arr.shape, dtype=dtype)
     for start in range(0, arr.shape[0], block):
         part = np.asarray(arr[start:start + block], dtype=np.float32)
         _finite(part, name, start)
@@ -182,10 +190,10 @@ def unit_rows(x: Any, name: str, block: int = 65536) -> np.ndarray:
             zero = np.flatnonzero(norms.reshape(-1) == 0) + start
             raise InvalidValueError(f"{name} has zero-norm vectors at rows {zero[:10].tolist()}; "
                                     "cosine is undefined there")
-        if out is None and np.abs(norms - 1.0).max() > UNIT_TOLERANCE:
-            out = np.empty(arr.shape, dtype=np.float32)  # not unit after all: normalise a copy
+        if out is None and np.abs(norms - 1.0).max() > tolerance:
+            out = np.empty(arr.shape, dtype=dtype)  # not unit after all: normalise a copy
             for done in range(0, start, block):
-                earlier = arr[done:done + block]
+                earlier = np.asarray(arr[done:done + block], dtype=np.float32)
                 out[done:done + block] = earlier / np.sqrt(np.einsum("ij,ij->i", earlier, earlier,
                                                                      dtype=np.float64))[:, None]
         if out is not None:

@@ -179,6 +179,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--chunks", type=Path, default=None, metavar="X.jsonl",
                    help="the chunks of --embeddings, one per row (default: X.jsonl beside X.npy; without "
                         "either, chunks are named by their row index)")
+    p.add_argument("--memory-budget", type=_float(0.0, above=True), default=None, metavar="MB",
+                   help="refuse, before any work, to order --embeddings whose planned peak memory passes this "
+                        "many MB (default: no limit)")
     p.add_argument("--format", choices=("text", "json", "jsonl"), default="text",
                    help="text: a summary and the first chunks; json: the whole result (what the service's "
                         "/v1/order answers); jsonl: one chunk a line (default %(default)s)")
@@ -641,7 +644,8 @@ def cmd_order(args: argparse.Namespace) -> int:
             raise InvalidValueError(f"--embeddings has {vectors.shape[1]} dims but --model {args.model} makes "
                                     f"{embedder.dim}: the query must be embedded by the model that made the file")
         result = order(vectors, args.query, strategy=args.strategy, root=args.root, method=args.method,
-                       k=args.neighbours, embedder=embedder, cache=_open_cache(args), ray=args.ray)
+                       k=args.neighbours, embedder=embedder, cache=_open_cache(args), ray=args.ray,
+                       progress=_progress(args), memory_budget_mb=args.memory_budget)
         if chunks is not None:  # the chunks give the provenance
             result = dataclasses.replace(result, items=chunks)
         chunk_s = 0.0
@@ -649,7 +653,7 @@ def cmd_order(args: argparse.Namespace) -> int:
         embedder, chunks, chunk_s = _load_chunks(args)
         result = order(chunks, args.query, strategy=args.strategy, root=args.root, method=args.method,
                        k=args.neighbours, embedder=embedder, cache=_open_cache(args), progress=_progress(args),
-                       ray=args.ray)
+                       ray=args.ray, memory_budget_mb=args.memory_budget)
     _write_pictures(args, result)
     top = args.top or (10 if args.format == "text" else None)
     doc = _with_chunk_time(result.to_dict(top=top), chunk_s)

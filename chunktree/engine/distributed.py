@@ -130,9 +130,11 @@ def _search_task(x: np.ndarray, start: int, probed: np.ndarray, clusters: Cluste
 
 
 def topk_clustered(x: np.ndarray, k: int, centers: np.ndarray, probes: int, address: str,
-                   block: int = DEFAULT_BLOCK, row_block: int = ROW_BLOCK) -> tuple[np.ndarray, np.ndarray]:
+                   block: int = DEFAULT_BLOCK, row_block: int | None = None, bar: Any = None
+                   ) -> tuple[np.ndarray, np.ndarray]:
     """``kernels.topk.topk_clustered`` with its blocks of rows as Ray tasks; same arguments and result."""
     ray = connect(address)
+    row_block = row_block or ROW_BLOCK
     n = x.shape[0]
     x_ref, centers_ref = ray.put(x), ray.put(centers)  # once, shared by every task of the node
     probe = ray.remote(num_cpus=1)(_probe_task)
@@ -148,4 +150,6 @@ def topk_clustered(x: np.ndarray, k: int, centers: np.ndarray, probes: int, addr
         done, _ = ray.wait(list(tasks), num_returns=1)
         s = tasks.pop(done[0])
         ids[s:s + row_block], sims[s:s + row_block] = ray.get(done[0])
+        if bar is not None:
+            bar.update(min(row_block, n - s))
     return ids, sims

@@ -42,7 +42,7 @@ class Inputs:
     Attributes
     ----------
     vectors
-        float32 (n, d), C-contiguous, unit rows.
+        float32 (n, d), C-contiguous, unit rows (float16 where ``prepare`` was asked to keep it).
     query
         float32 (d,) unit vector, or None.
     query_text
@@ -85,7 +85,7 @@ class Inputs:
         groups the candidates in O(n); rows that share a hash are compared exactly, whole.
         """
         x, n = self.vectors, self.n
-        words = x.view(np.uint32)
+        words = x.view(np.uint16 if x.itemsize == 2 else np.uint32)
         rng = np.random.default_rng(0)
         dims = np.sort(rng.choice(words.shape[1], min(HASHED_DIMS, words.shape[1]), replace=False))
         weights = rng.integers(1, 2**63, dims.size, dtype=np.uint64) | np.uint64(1)
@@ -139,12 +139,13 @@ def prepare(
     name: str = "chunks",
     progress: bool = False,
     ray: str | None = None,
+    keep_float16: bool = False,
 ) -> Inputs:
     """Turn chunks, strings or an embedding array (and a query string or vector) into ``Inputs``.
 
     Texts are embedded with ``embedder`` (default: ``default_embedder()``) through ``cache``, on
     the Ray cluster at ``ray`` when given (``engine.distributed``). Every check runs before
-    anything is embedded.
+    anything is embedded. ``keep_float16`` keeps float16 embeddings float16 (``checks.unit_rows``).
     """
     if isinstance(items, (str, bytes)):
         raise InvalidTypeError(f"{name} must be a sequence of chunks or strings, or an array; got a single "
@@ -173,7 +174,7 @@ def prepare(
     query_text = query if isinstance(query, str) else None
     if query_text is not None:
         query_vector = embed_texts([query_text], embedder, cache)[0][0]
-    vectors = unit_rows(x, "embeddings")
+    vectors = unit_rows(x, "embeddings", keep_float16=keep_float16)
     q = None
     if query_vector is not None:
         if query_vector.shape[0] != vectors.shape[1]:

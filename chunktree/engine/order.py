@@ -28,6 +28,7 @@ Baselines: ``"document"`` (input order) and ``"dense"`` (descending query simila
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -41,10 +42,12 @@ from chunktree.engine.cache import EmbeddingCache
 from chunktree.engine.chunking import Chunk
 from chunktree.engine.embedding import EmbedStats
 from chunktree.engine.inputs import prepare
+from chunktree.engine.memory import StageMeter, check_budget, planned_peak_bytes
 from chunktree.engine.results import chunk_fields, json_float
 from chunktree.kernels.forest import join_components, max_spanning_forest, orient_tree
 from chunktree.kernels.kmeans import spherical_kmeans
 from chunktree.kernels.prim import prim_max_spanning_tree
+from chunktree.kernels.rows import dot_rows, f32, row_sum
 from chunktree.kernels.similarity import similarity_matrix
 from chunktree.kernels.topk import (
     exact_sims_of_rows,
@@ -62,6 +65,7 @@ from chunktree.kernels.traversal import (
     pull_neighbours_order,
     runs_order,
 )
+from chunktree.progress import progress as progress_counter
 
 log = logging.getLogger(__name__)
 
@@ -96,6 +100,8 @@ REVERSE_NEIGHBOURS = 8
 # Spare edges per row of a small component searched by the join (``join_components``), for the
 # last Kruskal pass. Chosen on the same case.
 JOIN_PER_ROW = 4
+# From this many embeddings, ``order(progress=True)`` says the planned peak memory before it starts.
+PLAN_SAID_N = 1_000_000
 
 
 @dataclass(frozen=True)
@@ -127,6 +133,10 @@ class OrderResult:
         seconds per stage (``embed_s``, ``tree_s``, ``traverse_s``, ``total_s``; for the
         sparse method also the parts of ``tree_s``: ``kmeans_s``, ``topk_s``, ``refine_s``, ``forest_s``,
         ``join_s``).
+    memory
+        peak resident memory of the process in MB during each stage of ``timings`` (``embed``,
+        ``kmeans``, ..., ``traverse``; ``engine.memory.StageMeter``); empty where the platform has
+        no ``/proc``.
     query
         the query when it was given as text.
     embedding
@@ -145,6 +155,7 @@ class OrderResult:
     method: str
     params: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    memory: dict[str, float] = field(default_factory=dict)
     query: str | None = None
     embedding: EmbedStats | None = None
     items: Sequence[Chunk] | Sequence[str] | None = field(default=None, repr=False)
@@ -185,6 +196,7 @@ class OrderResult:
         return {"order": self.order.tolist(), "root": self.root, "strategy": self.strategy,
                 "method": self.method, "tree_weight": json_float(self.tree_weight), "query": self.query,
                 "n_chunks": int(self.order.size), "params": dict(self.params), "timings": dict(self.timings),
+                "memory_mb": dict(self.memory),
                 "embedding": None if self.embedding is None else self.embedding.to_dict(), "chunks": rows}
 
 
@@ -204,6 +216,7 @@ def order(
     cache: EmbeddingCache | None = None,
     progress: bool = False,
     ray: str | None = None,
+    memory_budget_mb: float | None = None,
 ) -> OrderResult:
     """Order chunks for a sequential reader (CL-ORDER).
 
@@ -230,11 +243,19 @@ def order(
         for ``"guided"``: the weight of the edge similarity against the query similarity
         (1: edge weight only, 0: query similarity only; without a query, edge weight only).
     progress
-        show a progress bar while embedding.
+        show progress while embedding and while searching neighbours (with the time left), and
+        the time the search will take, projected from its first block of rows.
     ray
         run the embedding and the sparse method's top-K search on a Ray cluster
         (``chunktree[ray]``): ``"local"`` starts one on this machine, otherwise the address of a
         running one (``"auto"`` or ``HOST:PORT``). Same result as without it (``engine.distributed``).
+    memory_budget_mb
+        refuse, before any work, a run of embeddings whose planned peak memory
+        (``engine.memory.planned_peak_bytes``) passes this many MB.
+
+    Embeddings given as float16 stay float16 (a memory-mapped ``.npy`` stays on disk, in the page
+    cache) and are read as float32 a block at a time (``kernels.rows``): 10 million x 384 take
+    7.7 GB, not 15.4.
     """
     one_of(strategy, "strategy", STRATEGIES)
     one_of(method, "method", METHODS)
@@ -255,59 +276,70 @@ def order(
         integer(root, "root (a chunk index)", 0)
     if strategy in NEEDS_QUERY and query is None:
         raise InvalidValueError(f"strategy {strategy!r} orders by query similarity and needs a query")
-    t0 = time.perf_counter()
-    inputs = prepare(chunks_or_embeddings, query, embedder=embedder, cache=cache, progress=progress, ray=ray)
-    timings = {"embed_s": time.perf_counter() - t0}
-    x, q = inputs.vectors, inputs.query
-    n, d = x.shape
-    if root is not None:
-        integer(root, "root (a chunk index)", 0, n - 1)
-    qsim = None if q is None else x @ q
-    params: dict[str, Any] = {"n": n, "dims": d, "duplicates": int((inputs.first_copies() != np.arange(n)).sum())}
-    done: dict[str, Any] = {"query": inputs.query_text, "embedding": inputs.embedding, "items": inputs.items}
+    if memory_budget_mb is not None:
+        number(memory_budget_mb, "memory_budget_mb", 0.0, low_open=True)
+    shape = getattr(chunks_or_embeddings, "shape", None)
+    if shape is not None and len(shape) == 2 and strategy not in ("document", "dense"):
+        _check_plan(chunks_or_embeddings, method, k, probes, memory_budget_mb, progress)  # type: ignore[arg-type]
+    with StageMeter() as meter:  # its sampling thread ends with the run, or with its error
+        t0 = time.perf_counter()
+        inputs = prepare(chunks_or_embeddings, query, embedder=embedder, cache=cache, progress=progress, ray=ray,
+                         keep_float16=True)
+        timings = {"embed_s": time.perf_counter() - t0}
+        meter.mark("embed")
+        x, q = inputs.vectors, inputs.query
+        n, d = x.shape
+        if root is not None:
+            integer(root, "root (a chunk index)", 0, n - 1)
+        qsim = None if q is None else dot_rows(x, q)
+        params: dict[str, Any] = {"n": n, "dims": d, "duplicates": int((inputs.first_copies() != np.arange(n)).sum())}
+        done: dict[str, Any] = {"query": inputs.query_text, "embedding": inputs.embedding, "items": inputs.items}
 
-    if strategy in ("document", "dense"):
-        ids = np.arange(n, dtype=np.int64)
-        seq = ids if strategy == "document" or qsim is None else np.lexsort((ids, -qsim)).astype(np.int64)
+        if strategy in ("document", "dense"):
+            ids = np.arange(n, dtype=np.int64)
+            seq = ids if strategy == "document" or qsim is None else np.lexsort((ids, -qsim)).astype(np.int64)
+            timings["total_s"] = time.perf_counter() - t0
+            return OrderResult(seq, int(seq[0]), None, None, qsim, float("nan"), strategy, "none", params,
+                               timings, meter.peaks, **done)
+
+        # to the query, else centrality (the similarity to the mean row)
+        relevance = qsim if qsim is not None else dot_rows(x, (row_sum(x) / n).astype(np.float32))
+        if root is None:
+            root = int(np.argmax(relevance))
+        if method == "auto":
+            method = "exact" if n <= EXACT_MAX_N else "sparse"
+        t1 = time.perf_counter()
+        if method == "exact":
+            parent, weight = prim_max_spanning_tree(similarity_matrix(f32(x)), np.int64(root))
+            meter.mark("tree")
+        else:
+            parent, weight, sparse_params = _sparse_tree(x, root, k, n_clusters, probes, seed, timings, ray, meter, progress)
+            params.update(sparse_params)
+        timings["tree_s"] = time.perf_counter() - t1
+        t2 = time.perf_counter()
+        # Children by descending edge weight, then descending query similarity, then position.
+        keys = (-weight, -qsim) if qsim is not None else (-weight,)
+        indptr, children = children_csr(parent, *keys)
+        if strategy == "guided":
+            params["blend"] = blend
+            priority = weight.astype(np.float64) if qsim is None else blend * weight + (1.0 - blend) * qsim
+            seq = best_first_order(indptr, children, np.int64(root), priority.astype(np.float64))
+        elif strategy == "runs":
+            seq = runs_order(indptr, children, parent, *runs_keys(relevance, weight, parent, root))
+        elif strategy == "dense_tree":
+            ids = np.arange(n)
+            ranking = np.lexsort((ids, -relevance, ids != root)).astype(np.int64)  # the root first, then dense
+            seq = pull_neighbours_order(indptr, children, parent, weight, ranking)
+        else:
+            seq = (bfs_order if strategy == "bfs" else dfs_order)(indptr, children, np.int64(root))
+        timings["traverse_s"] = time.perf_counter() - t2
+        meter.mark("traverse")
+        parent_sim = weight.copy()
+        parent_sim[root] = np.nan
         timings["total_s"] = time.perf_counter() - t0
-        return OrderResult(seq, int(seq[0]), None, None, qsim, float("nan"), strategy, "none", params,
-                           timings, **done)
-
-    relevance = qsim if qsim is not None else x @ x.mean(axis=0)  # to the query, else centrality
-    if root is None:
-        root = int(np.argmax(relevance))
-    if method == "auto":
-        method = "exact" if n <= EXACT_MAX_N else "sparse"
-    t1 = time.perf_counter()
-    if method == "exact":
-        parent, weight = prim_max_spanning_tree(similarity_matrix(x), np.int64(root))
-    else:
-        parent, weight, sparse_params = _sparse_tree(x, root, k, n_clusters, probes, seed, timings, ray)
-        params.update(sparse_params)
-    timings["tree_s"] = time.perf_counter() - t1
-    t2 = time.perf_counter()
-    # Children by descending edge weight, then descending query similarity, then position.
-    keys = (-weight, -qsim) if qsim is not None else (-weight,)
-    indptr, children = children_csr(parent, *keys)
-    if strategy == "guided":
-        params["blend"] = blend
-        priority = weight.astype(np.float64) if qsim is None else blend * weight + (1.0 - blend) * qsim
-        seq = best_first_order(indptr, children, np.int64(root), priority.astype(np.float64))
-    elif strategy == "runs":
-        seq = runs_order(indptr, children, parent, *runs_keys(relevance, weight, parent, root))
-    elif strategy == "dense_tree":
-        ids = np.arange(n)
-        ranking = np.lexsort((ids, -relevance, ids != root)).astype(np.int64)  # the root first, then dense
-        seq = pull_neighbours_order(indptr, children, parent, weight, ranking)
-    else:
-        seq = (bfs_order if strategy == "bfs" else dfs_order)(indptr, children, np.int64(root))
-    timings["traverse_s"] = time.perf_counter() - t2
-    parent_sim = weight.copy()
-    parent_sim[root] = np.nan
-    timings["total_s"] = time.perf_counter() - t0
-    log.info("ordered %d chunks (%s, %s) in %.3f s", n, strategy, method, timings["total_s"])
-    return OrderResult(seq, int(root), parent, parent_sim, qsim, float(weight.sum(dtype=np.float64)),
-                       strategy, method, params, timings, **done)
+        log.info("ordered %d chunks (%s, %s) in %.3f s", n, strategy, method, timings["total_s"])
+        return OrderResult(seq, int(root), parent, parent_sim, qsim, float(weight.sum(dtype=np.float64)),
+                           strategy, method, params, timings, meter.peaks, **done)
 
 
 def runs_keys(relevance: np.ndarray, weight: np.ndarray, parent: np.ndarray, root: int,
@@ -333,7 +365,8 @@ def runs_keys(relevance: np.ndarray, weight: np.ndarray, parent: np.ndarray, roo
 
 def sparse_neighbours(x: np.ndarray, k: int, n_clusters: int, probes: int, seed: int = 0,
                       timings: dict[str, float] | None = None, ray: str | None = None,
-                      info: dict[str, Any] | None = None) -> tuple[np.ndarray, np.ndarray]:
+                      info: dict[str, Any] | None = None, meter: StageMeter | None = None,
+                      progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Approximate top-``k`` neighbours of unit rows ``x``.
 
     1. Spherical K-means (``n_clusters`` centres, trained on at most 64 rows per centre).
@@ -349,7 +382,8 @@ def sparse_neighbours(x: np.ndarray, k: int, n_clusters: int, probes: int, seed:
        no pass runs.
 
     The seconds of each stage go into ``timings`` (``kmeans_s``, ``topk_s``, ``refine_s``) and
-    ``recall_estimate`` and ``refine_passes`` into ``info`` when given.
+    ``recall_estimate`` and ``refine_passes`` into ``info`` when given; ``meter`` marks the
+    stages' memory. With ``progress``, the search shows rows done and the time left.
 
     The centres are chunktree's own Lloyd iterations, not faiss.Kmeans: at n = 100,000 (100
     topics, 632 centres, 10 iterations each) they trained in 2.00 s against 7.64 s, with the same
@@ -358,13 +392,19 @@ def sparse_neighbours(x: np.ndarray, k: int, n_clusters: int, probes: int, seed:
     t0 = time.perf_counter()
     centers = spherical_kmeans(x, n_clusters, seed)
     t1 = time.perf_counter()
+    if meter is not None:
+        meter.mark("kmeans")
+    bar = _SearchProgress(x.shape[0], t1 - t0, enabled=progress)
     if ray is None:
-        ids, sims = topk_clustered(x, k, centers, probes)
+        ids, sims = topk_clustered(x, k, centers, probes, bar=bar)
     else:
         from chunktree.engine import distributed
 
-        ids, sims = distributed.topk_clustered(x, k, centers, probes, ray)
+        ids, sims = distributed.topk_clustered(x, k, centers, probes, ray, bar=bar)
+    bar.close()
     t2 = time.perf_counter()
+    if meter is not None:
+        meter.mark("topk")
     n = x.shape[0]
     sample = np.sort(np.random.default_rng(seed).choice(n, min(RECALL_SAMPLE, n), replace=False))
     exact = exact_sims_of_rows(x, sample, k)
@@ -380,16 +420,19 @@ def sparse_neighbours(x: np.ndarray, k: int, n_clusters: int, probes: int, seed:
             break
     if timings is not None:
         timings.update(kmeans_s=t1 - t0, topk_s=t2 - t1, refine_s=time.perf_counter() - t2)
+    if meter is not None:
+        meter.mark("refine")
     if info is not None:
         info.update(recall_estimate=recall, refine_passes=passes)
     return ids, sims
 
 
 def _sparse_tree(x: np.ndarray, root: int, k: int | None, n_clusters: int | None, probes: int | None,
-                 seed: int, timings: dict[str, float], ray: str | None
-                 ) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+                 seed: int, timings: dict[str, float], ray: str | None, meter: StageMeter | None = None,
+                 progress: bool = False) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """Spanning tree from the top-K graph: forest, then its components joined. Adds the seconds
-    of each stage to ``timings``: ``kmeans_s``, ``topk_s``, ``refine_s``, ``forest_s``, ``join_s``."""
+    of each stage to ``timings``: ``kmeans_s``, ``topk_s``, ``refine_s``, ``forest_s``, ``join_s``
+    (and their peak memory to ``meter``)."""
     n = x.shape[0]
     if k is not None and k > n - 1:
         log.warning("k=%d neighbours asked for, but %d chunks have at most %d others each: using k=%d", k, n, n - 1, n - 1)
@@ -400,7 +443,7 @@ def _sparse_tree(x: np.ndarray, root: int, k: int | None, n_clusters: int | None
     w = np.empty(0, np.float32)
     found: dict[str, Any] = {}
     if k > 0:
-        ids, sims = sparse_neighbours(x, k, n_clusters, probes, seed, timings, ray, found)
+        ids, sims = sparse_neighbours(x, k, n_clusters, probes, seed, timings, ray, found, meter, progress)
         src, dst, w = np.repeat(np.arange(n, dtype=np.int64), k), ids.ravel(), sims.ravel()
         valid = dst >= 0
         if not valid.all():  # views, not copies, when every list is full
@@ -409,11 +452,56 @@ def _sparse_tree(x: np.ndarray, root: int, k: int | None, n_clusters: int | None
     taken, labels = max_spanning_forest(src, dst, w, n)
     components = int(np.unique(labels).size)
     t1 = time.perf_counter()
+    if meter is not None:
+        meter.mark("forest")
     j_src, j_dst, j_w = join_components(x, labels, per_row=JOIN_PER_ROW)
     t_src, t_dst, t_w = (np.concatenate([a[taken], b]) for a, b in ((src, j_src), (dst, j_dst), (w, j_w)))
     tree, _ = max_spanning_forest(t_src, t_dst, t_w, n)  # the forest's edges, the joining and spare edges
     timings.update(forest_s=t1 - t0, join_s=time.perf_counter() - t1)
     parent, weight = orient_tree(t_src[tree], t_dst[tree], t_w[tree], n, np.int64(root))
+    if meter is not None:
+        meter.mark("join")
     params = {"k": k, "n_clusters": n_clusters, "probes": probes, "seed": seed, **found,
               "forest_components": components, "joining_edges": int((tree >= taken.size).sum())}
     return parent, weight, params
+
+
+class _SearchProgress:
+    """The neighbour search's progress (``chunktree.progress``) in rows, with the time left; after
+    the first block of rows it adds the whole search's time projected from that block."""
+
+    def __init__(self, n: int, kmeans_s: float, enabled: bool) -> None:
+        self.bar = progress_counter(n, "order: neighbour search", "rows", enabled=enabled)
+        self.n, self.kmeans_s, self.t0, self.done = n, kmeans_s, time.perf_counter(), 0
+
+    def update(self, rows: int) -> None:
+        if self.done == 0 and rows < self.n:
+            spent = time.perf_counter() - self.t0
+            projected = spent * self.n / rows
+            self.bar.set_postfix_str(f"projected from the first {rows:,} rows: the search {projected:,.0f} s")
+            log.info("order: the first %d of %d rows searched in %.1f s: the search will take about %.0f s",
+                     rows, self.n, spent, projected)
+        self.done += rows
+        self.bar.update(rows)
+
+    def close(self) -> None:
+        self.bar.close()
+
+
+def _check_plan(x: np.ndarray, method: str, k: int | None, probes: int | None, budget_mb: float | None,
+                progress: bool) -> None:
+    """Before any work on an embedding array: the sparse method's planned peak memory
+    (``engine.memory.planned_peak_bytes``), refused past ``budget_mb``, and said on stderr with
+    ``progress`` when the run is large (``PLAN_SAID_N`` rows or more)."""
+    n, d = x.shape
+    if method == "exact" or (method == "auto" and n <= EXACT_MAX_N):
+        planned = n * d * 4 + n * n * 4 + n * 64  # the n x n similarity matrix
+    else:
+        kept = x.dtype in (np.float16, np.float32)
+        planned = planned_peak_bytes(n, d, x.dtype.itemsize if kept else 4, min(k or DEFAULT_K, max(n - 1, 1)),
+                                     probes or DEFAULT_PROBES, copied=not kept)
+    what = f"ordering {n:,} x {d} {x.dtype} vectors"
+    check_budget(planned, budget_mb, what)
+    if progress and n >= PLAN_SAID_N:
+        budget = "" if budget_mb is None else f" (budget {budget_mb / 1024:.1f} GiB)"
+        print(f"order: {what}: planned peak memory about {planned / 2**30:.1f} GiB{budget}", file=sys.stderr, flush=True)

@@ -47,8 +47,9 @@ LOW_RECALL = 0.9  # below it the report says why, from the gap between the exact
 
 def synthetic_embeddings(n: int, d: int = 384, topics: int = 100, subtopics: int = 20, *,
                          shared: float = 1.0, topic: float = 0.8, sub: float = 0.6, noise: float = 1.0,
-                         seed: int = 0, block: int = 65536) -> np.ndarray:
-    """float32 (n, d) C-contiguous unit rows shaped like real chunk embeddings.
+                         seed: int = 0, block: int = 65536, out: np.ndarray | None = None) -> np.ndarray:
+    """float32 (n, d) C-contiguous unit rows shaped like real chunk embeddings, or written into
+    ``out`` (n, d) of any float dtype (e.g. a float16 memory-mapped ``.npy``), which is returned.
 
     Each vector is a shared direction (the corpus' common component) + a topic centre + a point
     on the arc between two of the topic's sub-topic directions + noise; the weights are relative
@@ -64,7 +65,7 @@ def synthetic_embeddings(n: int, d: int = 384, topics: int = 100, subtopics: int
         return v / np.linalg.norm(v, axis=-1, keepdims=True)
 
     common, centres, offsets = directions(), directions(topics), directions(topics, subtopics)
-    x = np.empty((n, d), dtype=np.float32)
+    x = np.empty((n, d), dtype=np.float32) if out is None else out
     for start in range(0, n, block):
         m = min(block, n - start)
         t = rng.integers(0, topics, m)

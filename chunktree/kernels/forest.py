@@ -20,6 +20,8 @@ import numpy as np
 from numba import njit, prange
 from threadpoolctl import threadpool_limits
 
+from chunktree.kernels.rows import gathered, take
+
 
 @njit(cache=True)
 def _find(uf, i):  # pragma: no cover - compiled
@@ -209,7 +211,7 @@ def _best_edges_into(x: np.ndarray, left: np.ndarray, cols: np.ndarray, per: int
     pos = np.full((left.shape[0], per), -1, dtype=np.int64)
     score = np.full((left.shape[0], per), -np.inf, dtype=np.float32)
     for c0 in range(0, cols.size, COLUMN_BLOCK):
-        right = x[cols[c0:c0 + COLUMN_BLOCK]].T
+        right = take(x, cols[c0:c0 + COLUMN_BLOCK]).T
         for r0 in range(0, left.shape[0], ROW_STEP):
             r1 = r0 + ROW_STEP
             _keep_best(left[r0:r1] @ right, c0, pos[r0:r1], score[r0:r1])
@@ -262,7 +264,7 @@ def _nearest_members(x: np.ndarray, vectors: np.ndarray, cols: np.ndarray, k: in
     r = vectors.shape[0]
     kept = np.empty((r, 0), np.uint64)
     for c0 in range(0, cols.size, COLUMN_BLOCK):
-        y = vectors @ x[cols[c0:c0 + COLUMN_BLOCK]].T
+        y = vectors @ take(x, cols[c0:c0 + COLUMN_BLOCK]).T
         if kept.shape[1] < k:
             keys = np.concatenate([kept, _descending_keys(y, np.arange(c0, c0 + y.shape[1], dtype=np.uint32))], axis=1)
         else:
@@ -290,7 +292,7 @@ def _searched(x: np.ndarray, jobs: list[tuple[np.ndarray, np.ndarray, np.ndarray
     own threads. A row's result does not depend on its part."""
     def part_search(part: tuple[int, int, int]) -> tuple[np.ndarray, ...]:
         vectors, rows, cols, per = jobs[part[0]]
-        return search(x, vectors[rows[part[1]:part[2]]], cols, per)
+        return search(x, take(vectors, rows[part[1]:part[2]]), cols, per)
 
     threads = numba.get_num_threads()
     work = [rows.size * cols.size for _, rows, cols, _ in jobs]
@@ -387,7 +389,13 @@ def _kernel_searched(lefts: np.ndarray, x: np.ndarray, searches: list[tuple[np.n
     fronts = np.concatenate([front for _, front in searches])
     front_starts = np.cumsum([0] + [front.size for _, front in searches])
     shares = _shares(np.diff(starts) * np.diff(front_starts))
-    return (rows, starts) + _reach_best(lefts, rows, starts, x, fronts, front_starts, shares, per)
+    if x.dtype == np.float32:
+        return (rows, starts) + _reach_best(lefts, rows, starts, x, fronts, front_starts, shares, per)
+    # float16 rows: the kernel reads float32 copies of the rows it uses
+    xs, local_fronts, used = gathered(x, fronts)
+    ls, local_rows = (take(lefts, rows), np.arange(rows.size)) if lefts is x else (lefts, rows)
+    ids, sims = _reach_best(ls, local_rows, starts, xs, local_fronts, front_starts, shares, per)
+    return rows, starts, np.where(ids >= 0, used[np.maximum(ids, 0)], -1), sims
 
 
 def _spare_edges(rows: np.ndarray, ids: np.ndarray, sims: np.ndarray, per_row: int
@@ -493,6 +501,18 @@ def _pair_edges(x: np.ndarray, groups: list[np.ndarray], centres: np.ndarray, pa
     return [best[p] for p in range(len(pairs))], spare_edges
 
 
+def component_sums(x: np.ndarray, members: np.ndarray, bounds: np.ndarray, block: int = 65536) -> np.ndarray:
+    """The sum of each component's rows, float64 (c, d) (``_component_sums``); float16 rows are
+    read as float32 ``block`` members at a time."""
+    if x.dtype == np.float32:
+        return _component_sums(x, members, bounds)
+    sums = np.zeros((bounds.size - 1, x.shape[1]), np.float64)
+    for start in range(0, members.size, block):
+        stop = min(start + block, members.size)
+        sums += _component_sums(take(x, members[start:stop]), np.arange(stop - start), np.clip(bounds, start, stop) - start)
+    return sums
+
+
 @njit(parallel=True, cache=True)
 def _component_sums(x, members, bounds):  # pragma: no cover - compiled
     """The sum of each component's rows, float64 (c, d): component g holds the rows
@@ -562,9 +582,9 @@ def join_components(x: np.ndarray, labels: np.ndarray, candidates: int = 2, per_
             members = np.argsort(inverse, kind="stable")
             bounds = np.searchsorted(inverse[members], np.arange(c + 1))
             groups = [members[bounds[g]:bounds[g + 1]] for g in range(c)]
-            sums = _component_sums(x, members, bounds)
+            sums = component_sums(x, members, bounds)
             pairs = _partners(sums, np.diff(bounds), candidates)
-            centres = (sums / np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12)).astype(x.dtype)
+            centres = (sums / np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12)).astype(np.float32)
             edges, spare = _pair_edges(x, groups, centres, pairs, per_row)
             spare_all.append(spare)
             e_src = np.array([e[0] for e in edges], dtype=np.int64)

@@ -1,0 +1,111 @@
+"""Ten million embedded chunks ordered on one box: ``chunktree order --embeddings X.npy`` on
+10,000,000 x 384 float16 vectors (7.7 GB on disk), with the wall time, the peak resident memory
+of the run and of each of its stages, and the recall of its neighbour lists.
+
+    python -m pytest bench/bench_order_10m.py                                    # n = 10,000,000
+    CHUNKTREE_BENCH_LARGE_N=2000000 python -m pytest bench/bench_order_10m.py    # any n
+
+The vectors are ``chunktree.engine.scale.synthetic_embeddings`` (100 topics of 20 sub-topics,
+shaped like all-MiniLM-L6-v2 embeddings of real text), written block by block as float16 into
+``CHUNKTREE_BENCH_LARGE_DIR`` (default: the system's temporary folder) and kept there for the
+next run. Making 10M takes a few minutes and 7.7 GB of disk.
+
+1. ``order``: the command in a child process; its wall time and peak resident memory (the
+   kernel's count for the child, ``getrusage``), the stage seconds and per-stage peaks it reports
+   (``--format json``: ``timings``, ``memory_mb``), the plan it printed before starting, and the
+   time it projected from its first block of rows.
+2. ``recall``: recall@16 of the sparse method's lists against the exact top-16 over a random
+   sample of 100,000 of the same vectors (every sampled row), beside the run's own estimate
+   (``recall_estimate``: 256 rows against their exact neighbours among all n).
+
+Goal (reported, not asserted): 10M in at most 20 minutes and 16 GB.
+"""
+
+import json
+import os
+import re
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+from conftest import summary
+
+from chunktree.engine.order import DEFAULT_K, DEFAULT_PROBES, sparse_neighbours
+from chunktree.engine.scale import synthetic_embeddings
+from chunktree.kernels.topk import recall_of_rows, topk_exact
+
+N = int(os.environ.get("CHUNKTREE_BENCH_LARGE_N", "10000000"))
+FOLDER = Path(os.environ.get("CHUNKTREE_BENCH_LARGE_DIR", tempfile.gettempdir()))
+SAMPLE = 100_000
+GOAL_S, GOAL_GB = 20 * 60, 16
+
+
+def vectors_file(n: int, seed: int = 0) -> Path:
+    """The float16 vectors of size n: made once, then reused (a partial file is never taken)."""
+    path = FOLDER / f"chunktree-bench-{n}-f16-seed{seed}.npy"
+    if path.exists():
+        return path
+    partial = path.with_suffix(".partial.npy")
+    x = np.lib.format.open_memmap(partial, mode="w+", dtype=np.float16, shape=(n, 384))
+    synthetic_embeddings(n, seed=seed, out=x)
+    x.flush()
+    del x
+    partial.rename(path)
+    return path
+
+
+def test_order(results):
+    t = time.perf_counter()
+    path = vectors_file(N)
+    made_s = time.perf_counter() - t
+    command = [sys.executable, "-m", "chunktree", "order", "--embeddings", str(path), "--format", "json", "--top", "1"]
+    env = {**os.environ, "CHUNKTREE_PROGRESS_SECONDS": "30"}
+    t = time.perf_counter()
+    run = subprocess.run(command, capture_output=True, text=True, env=env)
+    wall = time.perf_counter() - t
+    assert run.returncode == 0, run.stderr[-3000:]
+    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # kB on Linux; the only child
+    doc = json.loads(run.stdout)
+    plan = re.search(r"planned peak memory about ([\d.]+) GiB", run.stderr)
+    projected = re.search(r"projected from the first ([\d,]+) rows: the search ([\d,]+) s", run.stderr)
+    results["order"][f"n={N}"] = {
+        "n": N, "wall_s": wall, "peak_rss_mb": peak_mb, "vectors": str(path), "vectors_made_s": made_s,
+        "stages_s": doc["timings"], "stages_peak_mb": doc["memory_mb"], "params": doc["params"],
+        "planned_peak_gib": float(plan.group(1)) if plan else None,
+        "projected_search_s": float(projected.group(2).replace(",", "")) if projected else None,
+        "projected_after_rows": int(projected.group(1).replace(",", "")) if projected else None,
+        "stderr_tail": run.stderr[-2000:]}
+
+
+def test_recall(results):
+    x = np.load(vectors_file(N), mmap_mode="r")
+    rows = np.sort(np.random.default_rng(1).choice(x.shape[0], min(SAMPLE, x.shape[0]), replace=False))
+    sample = np.asarray(x[rows], dtype=np.float32)
+    n = sample.shape[0]
+    _, sims = sparse_neighbours(sample, DEFAULT_K, round(2 * np.sqrt(n)), DEFAULT_PROBES, seed=0)
+    _, exact = topk_exact(sample, DEFAULT_K)
+    results["recall"][f"sample={n}"] = {"n": n, "recall": recall_of_rows(sims, exact)}
+
+
+@summary
+def _report(results):
+    lines = []
+    for row in results.get("order", {}).values():
+        gb = row["peak_rss_mb"] / 1024
+        stages = ", ".join(f"{k.removesuffix('_s')} {v:.0f} s / {row['stages_peak_mb'].get(k.removesuffix('_s'), 0) / 1024:.1f} GB"
+                           for k, v in row["stages_s"].items() if k not in ("tree_s", "total_s"))
+        lines.append(f"n = {row['n']:,} float16: ordered in {row['wall_s']:.0f} s (goal {GOAL_S} s: "
+                     f"{'met' if row['wall_s'] <= GOAL_S else 'missed'}), peak {gb:.1f} GB (goal {GOAL_GB} GB: "
+                     f"{'met' if gb <= GOAL_GB else 'missed'}); planned {row['planned_peak_gib']} GiB")
+        lines.append(f"stages (seconds / peak resident): {stages}")
+        if row["projected_search_s"] is not None:
+            lines.append(f"search projected from the first {row['projected_after_rows']:,} rows: "
+                         f"{row['projected_search_s']:,.0f} s; took {row['stages_s']['topk_s']:.0f} s")
+        lines.append(f"recall@16 estimate of the run (256 rows against all n): {row['params'].get('recall_estimate'):.3f}")
+    for row in results.get("recall", {}).values():
+        lines.append(f"recall@16 on a random sample of {row['n']:,} (every row against its exact top-16): {row['recall']:.4f}")
+    return lines
