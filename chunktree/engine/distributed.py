@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from chunktree.checks import InvalidValueError, MissingExtraError, require, text
-from chunktree.kernels.topk import DEFAULT_BLOCK, ROW_BLOCK, ClusterIndex, probe_lists, search_rows
+from chunktree.kernels.topk import DEFAULT_BLOCK, ROW_BLOCK, Blocks, ClusterIndex, probe_lists, search_rows
 
 log = logging.getLogger(__name__)
 
@@ -120,8 +120,9 @@ def embed_batches(batches: Sequence[list[str]], embedder: Any, address: str,
                 yield int(b), vectors
 
 
-def _probe_task(x: np.ndarray, centers: np.ndarray, start: int, stop: int, probes: int) -> np.ndarray:
-    return probe_lists(x[start:stop], centers, probes)
+def _probe_task(x: np.ndarray, centers: np.ndarray, start: int, stop: int, probes: int, gap: float | None
+                ) -> np.ndarray:
+    return probe_lists(x[start:stop], centers, probes, gap)
 
 
 def _search_task(x: np.ndarray, start: int, probed: np.ndarray, clusters: ClusterIndex, k: int,
@@ -129,19 +130,21 @@ def _search_task(x: np.ndarray, start: int, probed: np.ndarray, clusters: Cluste
     return search_rows(x, np.arange(start, start + probed.shape[0]), probed, clusters, k, block, threads=1)
 
 
-def topk_clustered(x: np.ndarray, k: int, centers: np.ndarray, probes: int, address: str,
-                   block: int = DEFAULT_BLOCK, row_block: int | None = None, bar: Any = None
+def topk_clustered(x: np.ndarray, k: int, centers: np.ndarray, probes: int, address: str, gap: float | None = None,
+                   block: int = DEFAULT_BLOCK, row_block: int | None = None, bar: Blocks | None = None
                    ) -> tuple[np.ndarray, np.ndarray]:
     """``kernels.topk.topk_clustered`` with its blocks of rows as Ray tasks; same arguments and result."""
     ray = connect(address)
     row_block = row_block or ROW_BLOCK
+    bar = bar or Blocks()
     n = x.shape[0]
     x_ref, centers_ref = ray.put(x), ray.put(centers)  # once, shared by every task of the node
     probe = ray.remote(num_cpus=1)(_probe_task)
     search = ray.remote(num_cpus=1)(_search_task)
     starts = list(range(0, n, row_block))
-    probed = np.concatenate(ray.get([probe.remote(x_ref, centers_ref, s, min(s + row_block, n), probes)
+    probed = np.concatenate(ray.get([probe.remote(x_ref, centers_ref, s, min(s + row_block, n), probes, gap)
                                      for s in starts]))
+    bar.probed(n)
     clusters_ref = ray.put(ClusterIndex.build(probed[:, 0], centers.shape[0]))
     ids = np.empty((n, k), dtype=np.int64)
     sims = np.empty((n, k), dtype=np.float32)
@@ -150,6 +153,5 @@ def topk_clustered(x: np.ndarray, k: int, centers: np.ndarray, probes: int, addr
         done, _ = ray.wait(list(tasks), num_returns=1)
         s = tasks.pop(done[0])
         ids[s:s + row_block], sims[s:s + row_block] = ray.get(done[0])
-        if bar is not None:
-            bar.update(min(row_block, n - s))
+        bar.searched(min(row_block, n - s))
     return ids, sims

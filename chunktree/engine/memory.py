@@ -19,6 +19,8 @@ import threading
 from chunktree.checks import InvalidValueError
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+# The process before the data: Python, numpy, Numba's kernels, OpenVINO (about 330 MB here).
+PROCESS_BYTES = 512 * 2**20
 
 
 def resident_bytes() -> int | None:
@@ -79,8 +81,9 @@ def planned_peak_bytes(n: int, d: int, itemsize: int, k: int, probes: int, copie
     largest stage's arrays per row: the forest's edge list (source, target, sort keys and their
     order: 8 bytes each per edge, ``k`` edges a row) beside the neighbour lists (12 bytes an
     entry), which outweighs the search's (lists, uint16 probe lists, the inverted file) and a
-    refinement pass's (int32 graph rows of ``k`` + 8 entries, two of them, and new lists)."""
-    data = n * d * itemsize * (2 if copied else 1)
+    refinement pass's (int32 graph rows of ``k`` + 8 entries, two of them, and new lists), and
+    ``PROCESS_BYTES`` for the interpreter and libraries."""
+    data = n * d * itemsize * (2 if copied else 1) + PROCESS_BYTES
     lists = n * k * 12
     search = n * probes * 2 + n * 8
     refine = 2 * n * (k + 8) * 4 + n * (k + 8) + lists

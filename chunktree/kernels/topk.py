@@ -55,17 +55,18 @@ def topk_exact(x: np.ndarray, k: int, block: int = DEFAULT_BLOCK) -> tuple[np.nd
     return ids, sims
 
 
-def topk_clustered(x: np.ndarray, k: int, centers: np.ndarray, probes: int,
+def topk_clustered(x: np.ndarray, k: int, centers: np.ndarray, probes: int, gap: float | None = None,
                    block: int = DEFAULT_BLOCK, row_block: int | None = None, bar: Any = None
                    ) -> tuple[np.ndarray, np.ndarray]:
     """Approximate top-``k`` neighbours by an inverted-file search done as matrix products.
 
     Every row belongs to the cluster of its nearest centre and searches the clusters of its
-    ``probes`` nearest centres (``probe_lists``). Rows are then searched in blocks of
-    ``row_block`` (``search_rows``); within a block the work is grouped by cluster: the block's
-    rows probing a cluster are multiplied with that cluster's members in one product, and a
-    Numba kernel keeps each row's best ``k``. The blocks are independent: the Ray path
-    (``chunktree.engine.distributed``) runs the same blocks as tasks and gets the same lists.
+    ``probes`` nearest centres (``probe_lists``), less those more than ``gap`` below the nearest
+    in similarity. Rows are then searched in blocks of ``row_block`` (``search_rows``); within a
+    block the work is grouped by cluster: the block's rows probing a cluster are multiplied with
+    that cluster's members in one product, and a Numba kernel keeps each row's best ``k``. The
+    blocks are independent: the Ray path (``chunktree.engine.distributed``) runs the same blocks
+    as tasks and gets the same lists.
 
     Parameters
     ----------
@@ -74,17 +75,24 @@ def topk_clustered(x: np.ndarray, k: int, centers: np.ndarray, probes: int,
     centers
         float32 (c, d) cluster centres (e.g. K-means on a sample of ``x``).
     probes
-        clusters searched per row, in [1, c].
+        clusters searched per row at most, in [1, c].
+    gap
+        leave out a probed cluster whose centre's similarity to the row is more than this below
+        the nearest centre's (default: none left out).
     bar
-        optional progress counter (``chunktree.progress``): ``update(rows)`` after each block.
+        optional progress (``Blocks``): ``probed(rows)`` after each block of rows has its probe
+        lists, ``searched(rows)`` after each block is searched.
 
     Returns ids int64 (n, k) and similarities float32 (n, k), descending, ties to the lower id;
     where fewer than k candidates were seen, the tail holds id -1 and similarity -inf.
     """
     n = x.shape[0]
     row_block = row_block or ROW_BLOCK
-    probed = np.concatenate([probe_lists(x[start:start + row_block], centers, probes)
-                             for start in range(0, n, row_block)])
+    bar = bar or Blocks()
+    probed = np.empty((n, probes), dtype=probe_dtype(centers.shape[0]))
+    for start in range(0, n, row_block):
+        probed[start:start + row_block] = probe_lists(x[start:start + row_block], centers, probes, gap)
+        bar.probed(min(row_block, n - start))
     clusters = ClusterIndex.build(probed[:, 0], centers.shape[0])
     ids = np.empty((n, k), dtype=np.int64)
     sims = np.empty((n, k), dtype=np.float32)
@@ -92,25 +100,43 @@ def topk_clustered(x: np.ndarray, k: int, centers: np.ndarray, probes: int,
         stop = min(start + row_block, n)
         ids[start:stop], sims[start:stop] = search_rows(x, np.arange(start, stop), probed[start:stop], clusters, k,
                                                         block)
-        if bar is not None:
-            bar.update(stop - start)
+        bar.searched(stop - start)
     return ids, sims
 
 
-def probe_lists(x: np.ndarray, centers: np.ndarray, probes: int, threads: int | None = None) -> np.ndarray:
-    """(n, probes): the ``probes`` centres nearest each row, nearest (its own cluster) first, ties
-    to the lower centre; uint16 where the centres' ids fit (a quarter of int64's memory: 320 MB at
-    n = 10 million, 16 probes).
+class Blocks:
+    """Where ``topk_clustered`` reports its blocks of rows; this one does nothing with them."""
+
+    def probed(self, rows: int) -> None:
+        """``rows`` more rows have their probe lists."""
+
+    def searched(self, rows: int) -> None:
+        """``rows`` more rows are searched."""
+
+
+def probe_dtype(n_clusters: int) -> np.dtype:
+    """The probe lists' integer type: uint16 while the clusters' ids and the mark of a left-out
+    probe (``n_clusters``) fit, a quarter of int64's memory (320 MB at n = 10 million, 16 probes)."""
+    return np.dtype(np.uint16 if n_clusters < 2**16 else np.int32)
+
+
+def probe_lists(x: np.ndarray, centers: np.ndarray, probes: int, gap: float | None = None,
+                threads: int | None = None) -> np.ndarray:
+    """(n, probes) of ``probe_dtype``: the ``probes`` centres nearest each row, nearest (its own
+    cluster) first, ties to the lower centre; a centre more than ``gap`` below the nearest in
+    similarity is left out, its place holding ``c`` (one past the last centre).
 
     Blocks of rows are shared out among ``threads`` Python threads (default Numba's, the cores),
     each multiplying on one BLAS thread and selecting with ``_nearest_first``, as in
     ``search_rows``: a parallel selection between BLAS products ran at half speed against BLAS's
     spinning threads (8,192 x 1,414 products: 26 ms against 12.5 ms)."""
-    out = np.empty((x.shape[0], probes), dtype=np.uint16 if centers.shape[0] <= 2**16 else np.int32)
+    c = centers.shape[0]
+    out = np.empty((x.shape[0], probes), dtype=probe_dtype(c))
     step = DEFAULT_BLOCK * 8
+    floor = np.float32(np.inf if gap is None else gap)
 
     def block(start: int) -> None:
-        _nearest_first(f32(x[start:start + step]) @ centers.T, out[start:start + step])
+        _nearest_first(f32(x[start:start + step]) @ centers.T, floor, c, out[start:start + step])
 
     threads = numba.get_num_threads() if threads is None else threads
     with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(threads) as pool:
@@ -119,10 +145,11 @@ def probe_lists(x: np.ndarray, centers: np.ndarray, probes: int, threads: int | 
 
 
 @njit(cache=True, nogil=True)
-def _nearest_first(s, out):  # pragma: no cover - compiled
-    """Each row's ``out.shape[1]`` largest columns of ``s``, largest first, ties to the lower column:
-    one pass of insertions a row, where numpy's argpartition and argsort took 1.17 s for the rows of
-    an 8,192 x 6,325 product (which itself took 0.39 s) and this 0.058 s on each of two threads."""
+def _nearest_first(s, gap, left_out, out):  # pragma: no cover - compiled
+    """Each row's ``out.shape[1]`` largest columns of ``s``, largest first, ties to the lower
+    column, those more than ``gap`` below the largest replaced by ``left_out``: one pass of
+    insertions a row, where numpy's argpartition and argsort took 1.17 s for the rows of an
+    8,192 x 6,325 product (which itself took 0.39 s) and this 0.058 s on each of two threads."""
     p = out.shape[1]
     for i in range(s.shape[0]):
         vals = np.full(p, -np.inf, dtype=np.float32)
@@ -140,7 +167,7 @@ def _nearest_first(s, out):  # pragma: no cover - compiled
             vals[pos] = v
             ids[pos] = j
         for t in range(p):
-            out[i, t] = ids[t]
+            out[i, t] = ids[t] if vals[0] - vals[t] <= gap else left_out
 
 
 @dataclass(frozen=True)

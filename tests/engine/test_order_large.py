@@ -73,7 +73,7 @@ def test_the_plan_counts_float32_copies_and_grows_with_n():
     kept = planned_peak_bytes(10_000_000, 384, 2, 16, 16, copied=False)
     assert kept > 10_000_000 * 384 * 2  # the vectors and more
     assert planned_peak_bytes(10_000_000, 384, 4, 16, 16, copied=True) - kept >= 10_000_000 * 384 * 6
-    assert planned_peak_bytes(20_000_000, 384, 2, 16, 16, copied=False) == pytest.approx(2 * kept, rel=0.01)
+    assert planned_peak_bytes(20_000_000, 384, 2, 16, 16, copied=False) == pytest.approx(2 * kept, rel=0.03)
 
 
 def test_the_cli_refuses_a_budget_it_cannot_meet(tmp_path):
