@@ -14,13 +14,17 @@ next run. Making 10M takes a few minutes and 7.7 GB of disk.
    kernel's count for the child, ``getrusage``), the stage seconds and per-stage peaks it reports
    (``--format json``: ``timings``, ``memory_mb``), the plan it printed before starting, and the
    time it projected from its first block of rows.
-2. ``recall``: recall@16 of the sparse method's lists against the exact top-16 over a random
+2. ``ray``: the same command with ``--ray local`` (a Ray cluster on this machine; the probe lists
+   and the search as Ray tasks): its wall time, and whether its order, root and tree weight are
+   those of (1). ``CHUNKTREE_BENCH_LARGE_RAY=0`` leaves it out.
+3. ``recall``: recall@16 of the sparse method's lists against the exact top-16 over a random
    sample of 100,000 of the same vectors (every sampled row), beside the run's own estimate
    (``recall_estimate``: 256 rows against their exact neighbours among all n).
 
 Goal (reported, not asserted): 10M in at most 20 minutes and 16 GB.
 """
 
+import hashlib
 import json
 import os
 import re
@@ -32,6 +36,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 from conftest import summary
 
 from chunktree.engine.order import DEFAULT_K, DEFAULT_PROBES, sparse_neighbours
@@ -42,6 +47,7 @@ N = int(os.environ.get("CHUNKTREE_BENCH_LARGE_N", "10000000"))
 FOLDER = Path(os.environ.get("CHUNKTREE_BENCH_LARGE_DIR", tempfile.gettempdir()))
 SAMPLE = 100_000
 GOAL_S, GOAL_GB = 20 * 60, 16
+RAY = os.environ.get("CHUNKTREE_BENCH_LARGE_RAY", "1") != "0"
 
 
 def vectors_file(n: int, seed: int = 0) -> Path:
@@ -58,27 +64,55 @@ def vectors_file(n: int, seed: int = 0) -> Path:
     return path
 
 
+def _order(path: Path, *more: str) -> tuple[float, dict, str]:
+    """``chunktree order --embeddings path --format json`` in a child process: (wall seconds, the
+    JSON result, stderr)."""
+    command = [sys.executable, "-m", "chunktree", "order", "--embeddings", str(path), "--format", "json", "--top", "1",
+               *more]
+    env = {**os.environ, "CHUNKTREE_PROGRESS_SECONDS": "30"}
+    log = FOLDER / "chunktree-bench-order.log"  # the progress as it comes: tail -f it
+    t = time.perf_counter()
+    with log.open("w") as err:
+        run = subprocess.run(command, stdout=subprocess.PIPE, stderr=err, text=True, env=env)
+    wall = time.perf_counter() - t
+    stderr = log.read_text()
+    assert run.returncode == 0, stderr[-3000:]
+    return wall, json.loads(run.stdout), stderr
+
+
+def _digest(doc: dict) -> str:
+    return hashlib.sha256(np.asarray(doc["order"], dtype=np.int64).tobytes()).hexdigest()
+
+
 def test_order(results):
     t = time.perf_counter()
     path = vectors_file(N)
     made_s = time.perf_counter() - t
-    command = [sys.executable, "-m", "chunktree", "order", "--embeddings", str(path), "--format", "json", "--top", "1"]
-    env = {**os.environ, "CHUNKTREE_PROGRESS_SECONDS": "30"}
-    t = time.perf_counter()
-    run = subprocess.run(command, capture_output=True, text=True, env=env)
-    wall = time.perf_counter() - t
-    assert run.returncode == 0, run.stderr[-3000:]
-    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # kB on Linux; the only child
-    doc = json.loads(run.stdout)
-    plan = re.search(r"planned peak memory about ([\d.]+) GiB", run.stderr)
-    projected = re.search(r"projected from the first ([\d,]+) rows: the search ([\d,]+) s", run.stderr)
+    wall, doc, err = _order(path)
+    peak_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024  # kB on Linux; the only child so far
+    plan = re.search(r"planned peak memory about ([\d.]+) GiB", err)
+    projected = re.search(r"projected from the first ([\d,]+) rows: the search ([\d,]+) s", err)
     results["order"][f"n={N}"] = {
         "n": N, "wall_s": wall, "peak_rss_mb": peak_mb, "vectors": str(path), "vectors_made_s": made_s,
         "stages_s": doc["timings"], "stages_peak_mb": doc["memory_mb"], "params": doc["params"],
+        "root": doc["root"], "tree_weight": doc["tree_weight"], "order_sha256": _digest(doc),
         "planned_peak_gib": float(plan.group(1)) if plan else None,
         "projected_search_s": float(projected.group(2).replace(",", "")) if projected else None,
         "projected_after_rows": int(projected.group(1).replace(",", "")) if projected else None,
-        "stderr_tail": run.stderr[-2000:]}
+        "stderr_tail": err[-2000:]}
+
+
+@pytest.mark.skipif(not RAY, reason="CHUNKTREE_BENCH_LARGE_RAY=0")
+def test_ray(results):
+    pytest.importorskip("ray")
+    single = results["order"].get(f"n={N}")
+    wall, doc, err = _order(vectors_file(N), "--ray", "local")
+    results["ray"][f"n={N}"] = {
+        "n": N, "wall_s": wall, "stages_s": doc["timings"], "root": doc["root"], "tree_weight": doc["tree_weight"],
+        "order_sha256": _digest(doc), "stderr_tail": err[-2000:],
+        "same_as_single_process": None if single is None else (
+            _digest(doc) == single["order_sha256"] and doc["root"] == single["root"]
+            and doc["tree_weight"] == single["tree_weight"])}
 
 
 def test_recall(results):
@@ -106,6 +140,10 @@ def _report(results):
             lines.append(f"search projected from the first {row['projected_after_rows']:,} rows: "
                          f"{row['projected_search_s']:,.0f} s; took {row['stages_s']['topk_s']:.0f} s")
         lines.append(f"recall@16 estimate of the run (256 rows against all n): {row['params'].get('recall_estimate'):.3f}")
+    for row in results.get("ray", {}).values():
+        same = {True: "the same order, root and tree weight", False: "a DIFFERENT order",
+                None: "not compared (no single-process run in this session)"}[row["same_as_single_process"]]
+        lines.append(f"n = {row['n']:,} on a local Ray cluster (--ray local): {row['wall_s']:.0f} s, {same}")
     for row in results.get("recall", {}).values():
         lines.append(f"recall@16 on a random sample of {row['n']:,} (every row against its exact top-16): {row['recall']:.4f}")
     return lines

@@ -4,9 +4,12 @@ peak memory, neighbour recall and the growth exponent.
 
     python -m pytest bench/bench_scale.py                                   # n = 10k to 1M
     CHUNKTREE_BENCH_SCALE_SIZES=100000,2000000 python -m pytest bench/bench_scale.py
+    CHUNKTREE_BENCH_SCALE_SIZES=1000000,3000000,10000000 CHUNKTREE_BENCH_SCALE_DTYPE=float16 \
+        CHUNKTREE_BENCH_SCALE_TIME_BUDGET=1500 python -m pytest bench/bench_scale.py   # up to 10M
 
-The same sweep on your own vectors: ``chunktree scale --embeddings X.npy``. Goal (reported, not
-asserted): 1M chunks ordered from embeddings in at most 3 minutes and 3 GB.
+The same sweep on your own vectors: ``chunktree scale --embeddings X.npy``. Goals (reported, not
+asserted): 1M chunks ordered from embeddings in at most 3 minutes and 3 GB; 10M float16 in at
+most 20 minutes and 16 GB.
 """
 
 import os
@@ -16,11 +19,13 @@ from conftest import summary
 from chunktree.engine.scale import sweep
 
 SIZES = [int(s) for s in os.environ.get("CHUNKTREE_BENCH_SCALE_SIZES", "10000,100000,300000,1000000").split(",")]
+DTYPE = os.environ.get("CHUNKTREE_BENCH_SCALE_DTYPE", "float32")
+TIME_BUDGET_S = float(os.environ.get("CHUNKTREE_BENCH_SCALE_TIME_BUDGET", "900"))
 
 
 def test_sweep(results):
-    s = sweep(SIZES, time_budget_s=900).to_dict()
-    results["scale"] = {"sizes": s["sizes"], "fits": s["fits"], "stopped": s["stopped"]}
+    s = sweep(SIZES, time_budget_s=TIME_BUDGET_S, dtype=DTYPE).to_dict()
+    results["scale"] = {"sizes": s["sizes"], "fits": s["fits"], "stopped": s["stopped"], "dtype": DTYPE}
 
 
 @summary
@@ -31,11 +36,16 @@ def _report(results):
     lines = []
     for row in r["sizes"]:
         stages = ", ".join(f"{k} {v:.2f} s" for k, v in row["stages"].items())
-        recall = "" if row["recall"] is None else f", recall@16 {row['recall']:.3f}"
-        lines.append(f"n = {row['n']:,}: order {row['order_s']:.2f} s ({stages}); peak {row['peak_rss_mb']:,.0f} MB, "
-                     f"of which data {row['data_mb']:,.0f} MB{recall}")
+        recall = "" if row["recall"] is None else f", recall@16 {row['recall']:.3f} ({row.get('recall_rows', 1000)} rows)"
+        lines.append(f"n = {row['n']:,} ({r.get('dtype', 'float32')}): order {row['order_s']:.2f} s ({stages}); peak "
+                     f"{row['peak_rss_mb']:,.0f} MB, of which data {row['data_mb']:,.0f} MB{recall}")
+        if row.get("stage_peak_mb"):
+            lines.append(f"n = {row['n']:,}: peak MB during each stage: "
+                         + ", ".join(f"{k} {v:,.0f}" for k, v in row["stage_peak_mb"].items()))
     if r["fits"].get("time_exponent"):
         lines.append(f"time grows as n^{r['fits']['time_exponent']:.2f} over the largest three sizes")
+        lines.append("per stage: " + ", ".join(f"{k.removesuffix('_exponent')} n^{v:.2f}" for k, v in r["fits"].items()
+                                               if k not in ("time_exponent", "memory_exponent") and v is not None))
     if r["stopped"]:
         lines.append(f"stopped: {r['stopped']}")
     return lines

@@ -346,6 +346,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="measure random subsamples of these vectors instead of synthetic ones")
     p.add_argument("--topics", type=_int(1), default=100,
                    help="topics of the synthetic vectors (more: fuzzier neighbourhoods; default %(default)s)")
+    p.add_argument("--dtype", choices=("float32", "float16"), default="float32",
+                   help="the vectors as ordered; float16 takes half the memory, as a float16 .npy given to "
+                        "order --embeddings (default %(default)s)")
     p.add_argument("--time-budget", type=_float(0.0, above=True), default=600.0, metavar="SECONDS",
                    help="the longest one ordering run may take; sizes projected past it are left out "
                         "(default %(default)s)")
@@ -940,7 +943,7 @@ def cmd_scale(args: argparse.Namespace) -> int:
     for name in ("report.md", "scale.json", "time.png", "memory.png"):
         _check_output(args, args.output / name, "-o", f"{args.output}: ")
     result = sweep(args.sizes, embeddings=args.embeddings, topics=args.topics, seed=args.seed,
-                   time_budget_s=args.time_budget, memory_budget_mb=args.memory_budget,
+                   time_budget_s=args.time_budget, memory_budget_mb=args.memory_budget, dtype=args.dtype,
                    say=(lambda m: print(m, file=sys.stderr, flush=True)) if _progress(args) else (lambda m: None))
     for path in write_report(result, args.output, plots=not args.no_plots):
         print(f"wrote {path}")

@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from chunktree.checks import InvalidValueError, integer, number, require
+from chunktree.checks import InvalidValueError, integer, number, one_of, require
 from chunktree.engine.results import dumps
 from chunktree.kernels.topk import exact_sims_of_rows, recall_of_rows
 
@@ -40,6 +40,11 @@ log = logging.getLogger(__name__)
 STAGES = ("kmeans_s", "topk_s", "refine_s", "forest_s", "join_s", "traverse_s")
 DEFAULT_SIZES = (10_000, 30_000, 100_000, 300_000, 1_000_000)
 RECALL_ROWS = 1000
+# Above this n the recall is the run's own estimate (``recall_estimate``: 256 rows against their
+# exact neighbours among all n) instead of new lists made again for 1,000 rows: making them again
+# would double the size's time (10M rows: about 15 minutes).
+RECALL_REMADE_MAX_N = 2_000_000
+DTYPES = ("float32", "float16")
 EXACT_WEIGHT_MAX_N = 20_000  # the exact tree holds an n x n float32 matrix: 1.6 GB here
 PROJECTION_REACH = 1000  # the report quotes projected limits up to this multiple of the largest n measured
 LOW_RECALL = 0.9  # below it the report says why, from the gap between the exact neighbours
@@ -93,6 +98,8 @@ class SizeResult:
     weight_ratio: float | None = None
     components: int | None = None
     neighbour_gap: float | None = None  # mean exact k-th minus 4k-th neighbour similarity of the sampled rows
+    stage_peak_mb: dict[str, float] = field(default_factory=dict)  # peak resident memory during each stage
+    recall_rows: int = 0  # the rows the recall was measured on
 
 
 @dataclass
@@ -105,6 +112,7 @@ class Sweep:
     failed: bool = False  # a size did not finish for another reason than a budget
     time_budget_s: float = 0.0
     memory_budget_mb: float = 0.0
+    dtype: str = "float32"
 
     def to_dict(self) -> dict[str, Any]:
         return {**asdict(self), "fits": fits(self.sizes),
@@ -127,19 +135,19 @@ def _recall(x: np.ndarray, k: int, n_clusters: int, probes: int, seed: int) -> t
     return recall_of_rows(sims[rows], exact[:, :k]), gap
 
 
-def _measure(n: int, embeddings: str | None, topics: int, seed: int, out: Any) -> None:
+def _measure(n: int, embeddings: str | None, topics: int, seed: int, dtype: str, out: Any) -> None:
     """Child process: make or load the data, order it, measure; send a dict through ``out``, or
     ``{"error": ...}`` when that fails."""
     try:
-        out.send(_measured(n, embeddings, topics, seed))
+        out.send(_measured(n, embeddings, topics, seed, dtype))
     except Exception as exc:  # the parent reports it; the traceback stays in the child's stderr
         out.send({"error": f"{type(exc).__name__}: {exc}"})
         raise
 
 
-def _measured(n: int, embeddings: str | None, topics: int, seed: int) -> dict[str, Any]:
+def _measured(n: int, embeddings: str | None, topics: int, seed: int, dtype: str) -> dict[str, Any]:
     from chunktree.checks import unit_rows
-    from chunktree.engine.order import order
+    from chunktree.engine.order import RECALL_SAMPLE, order
     from chunktree.kernels.forest import load_kernels
 
     # Load the compiled kernels first: an ordering's, and the join's (some of which no ordering of
@@ -148,12 +156,12 @@ def _measured(n: int, embeddings: str | None, topics: int, seed: int) -> dict[st
     load_kernels()
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux
     if embeddings is None:
-        x = synthetic_embeddings(n, topics=topics, seed=seed + n)
+        x = synthetic_embeddings(n, topics=topics, seed=seed + n, out=np.empty((n, 384), dtype=dtype))
     else:
         source = np.load(embeddings, mmap_mode="r")
         rows = np.arange(n) if n == source.shape[0] else np.sort(
             np.random.default_rng(seed).choice(source.shape[0], n, replace=False))
-        x = unit_rows(source[rows], "embeddings")
+        x = unit_rows(source[rows], "embeddings", keep_float16=True).astype(dtype, copy=False)
     t = time.perf_counter()
     result = order(x, method="sparse", seed=seed)
     order_s = time.perf_counter() - t
@@ -161,7 +169,12 @@ def _measured(n: int, embeddings: str | None, topics: int, seed: int) -> dict[st
     p = result.params
     row = {"n": n, "stages": {s: result.timings.get(s, 0.0) for s in STAGES}, "order_s": order_s,
            "peak_rss_mb": peak, "base_rss_mb": base, "data_mb": x.nbytes / 2**20, "components": p["forest_components"],
-           **dict(zip(("recall", "neighbour_gap"), _recall(x, p["k"], p["n_clusters"], p["probes"], seed)))}
+           "stage_peak_mb": dict(result.memory)}
+    if n <= RECALL_REMADE_MAX_N:
+        row.update(zip(("recall", "neighbour_gap"), _recall(x, p["k"], p["n_clusters"], p["probes"], seed)),
+                   recall_rows=min(RECALL_ROWS, n))
+    else:
+        row.update(recall=p["recall_estimate"], recall_rows=min(RECALL_SAMPLE, n))
     if n <= EXACT_WEIGHT_MAX_N:
         row["weight_ratio"] = result.tree_weight / order(x, method="exact").tree_weight
     return row
@@ -219,12 +232,18 @@ def _power_fit(ns: Sequence[float], ys: Sequence[float]) -> tuple[float, float] 
 
 
 def fits(sizes: Sequence[SizeResult]) -> dict[str, float | None]:
-    """Growth exponents of ordering time and of peak memory above the process's own, fitted to the
-    largest three sizes (at small n fixed costs hide the growth)."""
+    """Growth exponents of ordering time, of peak memory above the process's own and of each stage's
+    time (``kmeans_exponent``, ...), fitted to the largest three sizes (at small n fixed costs hide
+    the growth)."""
     last = list(sizes)[-3:]
     ns = [r.n for r in last]
     t, m = _power_fit(ns, [r.order_s for r in last]), _power_fit(ns, [_grown(r) for r in last])
-    return {"time_exponent": None if t is None else t[0], "memory_exponent": None if m is None else m[0]}
+    out: dict[str, float | None] = {"time_exponent": None if t is None else t[0],
+                                    "memory_exponent": None if m is None else m[0]}
+    for stage in STAGES:
+        fit = _power_fit(ns, [max(r.stages[stage], 1e-3) for r in last]) if all(stage in r.stages for r in last) else None
+        out[f"{stage.removesuffix('_s')}_exponent"] = None if fit is None else fit[0]
+    return out
 
 
 def _grown(r: SizeResult) -> float:
@@ -265,7 +284,7 @@ def projected_limits(sizes: Sequence[SizeResult], time_budget_s: float, memory_b
 
 def sweep(sizes: Sequence[int] = DEFAULT_SIZES, *, embeddings: str | os.PathLike[str] | None = None,
           topics: int = 100, seed: int = 0, time_budget_s: float = 600.0, memory_budget_mb: float | None = None,
-          say: Callable[[str], None] = log.info) -> Sweep:
+          dtype: str = "float32", say: Callable[[str], None] = log.info) -> Sweep:
     """Measure ordering at each of ``sizes`` (ascending), each in a fresh child process.
 
     Parameters
@@ -278,6 +297,9 @@ def sweep(sizes: Sequence[int] = DEFAULT_SIZES, *, embeddings: str | os.PathLike
         the longest one ordering run may take; a size projected past it is not run.
     memory_budget_mb
         the most one run may hold; default three quarters of this machine's memory.
+    dtype
+        ``"float32"`` or ``"float16"``: the vectors as ordered (float16 is kept as float16: half
+        the memory, as a float16 ``.npy`` of ``chunktree order --embeddings``).
     say
         where progress lines go (default: this module's logger, at INFO).
     """
@@ -289,7 +311,8 @@ def sweep(sizes: Sequence[int] = DEFAULT_SIZES, *, embeddings: str | os.PathLike
         memory_budget_mb = 0.75 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20
     number(memory_budget_mb, "memory_budget_mb", 0.0, low_open=True)
     integer(topics, "topics", 1)
-    source, dim = f"synthetic, {topics} topics", 384
+    one_of(dtype, "dtype", DTYPES)
+    source, dim = f"synthetic, {topics} topics, {dtype}", 384
     if embeddings is not None:
         try:
             shape = np.load(embeddings, mmap_mode="r").shape
@@ -304,13 +327,13 @@ def sweep(sizes: Sequence[int] = DEFAULT_SIZES, *, embeddings: str | os.PathLike
         sizes = [n for n in sizes if n <= rows]
         if not sizes:
             raise InvalidValueError(f"embeddings {embeddings} has {rows} rows, fewer than every size")
-        source, embeddings = f"{embeddings} (random subsamples)", os.fspath(embeddings)
-    result = Sweep(source, time_budget_s=time_budget_s, memory_budget_mb=memory_budget_mb)
+        source, embeddings = f"{embeddings} (random subsamples, {dtype})", os.fspath(embeddings)
+    result = Sweep(source, time_budget_s=time_budget_s, memory_budget_mb=memory_budget_mb, dtype=dtype)
     context = multiprocessing.get_context("spawn")
     for n in sizes:
         want_t = _project(result.sizes, n, lambda r: r.order_s)
         want_m = _project_memory(result.sizes, n)
-        data_mb = n * dim * 4 / 2**20
+        data_mb = n * dim * np.dtype(dtype).itemsize / 2**20
         if want_t is not None and want_t > time_budget_s:
             result.stopped = f"n={n:,} left out: projected {want_t:.3g} s > time budget {time_budget_s:.3g} s"
         elif want_m is not None and want_m > memory_budget_mb:
@@ -326,7 +349,7 @@ def sweep(sizes: Sequence[int] = DEFAULT_SIZES, *, embeddings: str | os.PathLike
         say(f"scale: n={n:,}: ordering{guess} ...")
         t0 = time.perf_counter()
         receive, send = context.Pipe(duplex=False)
-        child = context.Process(target=_measure, args=(n, embeddings, topics, seed, send), daemon=True)
+        child = context.Process(target=_measure, args=(n, embeddings, topics, seed, dtype, send), daemon=True)
         child.start()
         send.close()
         got, why, result.failed = _watch(child, receive, n, 2 * time_budget_s + 60, memory_budget_mb)
@@ -353,6 +376,18 @@ def _md_table(s: Sweep) -> list[str]:
     return lines
 
 
+def _memory_table(s: Sweep) -> list[str]:
+    """Peak resident MB during each stage (``OrderResult.memory``), where it was measured."""
+    stages = ["embed", *[st.removesuffix("_s") for st in STAGES]]
+    rows = [r for r in s.sizes if r.stage_peak_mb]
+    if not rows:
+        return []
+    lines = ["| n | " + " | ".join(f"{st} MB" for st in stages) + " |", "|" + "---|" * (len(stages) + 1)]
+    for r in rows:
+        lines.append(f"| {r.n:,} | " + " | ".join(f"{r.stage_peak_mb.get(st, 0.0):.0f}" for st in stages) + " |")
+    return lines
+
+
 def write_report(s: Sweep, folder: str | os.PathLike[str], plots: bool = True) -> list[Path]:
     """Write ``report.md``, ``scale.json`` and (``plots``) ``time.png``, ``memory.png``; returns the paths."""
     folder = Path(folder)
@@ -374,13 +409,18 @@ def write_report(s: Sweep, folder: str | os.PathLike[str], plots: bool = True) -
              f" GiB. Method: sparse (top-16 graph, forest, joined), default parameters, one run per size, each in a "
              f"fresh process. Peak MB is the process's peak resident memory, data included.", "",
              *_md_table(s), "",
+             *(["Peak resident memory during each stage (`embed`: reading and checking the vectors):", "",
+                *_memory_table(s), ""] if _memory_table(s) else []),
              f"- time grows as {exp(f['time_exponent'])}, peak memory above the process's own "
              f"({s.sizes[-1].base_rss_mb if s.sizes else 0:.0f} MB) as {exp(f['memory_exponent'])} "
              "(least squares on logs of the largest three sizes)",
              f"- projected n at the time budget ({s.time_budget_s:.0f} s): {lim(limits['time'])}; at the memory "
              f"budget ({s.memory_budget_mb:.0f} MB): {lim(limits['memory'])} (the same power laws)",
-             f"- recall@16: the share of each of {RECALL_ROWS} sampled rows' exact top-16 its list holds; weight / "
-             f"exact: the sparse tree's weight over the exact tree's, for n <= {EXACT_WEIGHT_MAX_N:,}"]
+             "- each stage's time grows as " + ", ".join(f"{st.removesuffix('_s')} {exp(f[st.removesuffix('_s') + '_exponent'])}"
+                                                          for st in STAGES),
+             f"- recall@16: the share of each of {RECALL_ROWS} sampled rows' exact top-16 its list holds (above "
+             f"n = {RECALL_REMADE_MAX_N:,}: the run's own estimate on 256 rows against their exact neighbours among "
+             f"all n); weight / exact: the sparse tree's weight over the exact tree's, for n <= {EXACT_WEIGHT_MAX_N:,}"]
     for r in s.sizes:
         if r.recall is not None and r.recall < LOW_RECALL and r.neighbour_gap is not None:
             weight = "" if r.weight_ratio is None else f"; the tree's weight is {100 * r.weight_ratio:.3f}% of the exact tree's"
@@ -420,6 +460,8 @@ def _plots(s: Sweep, folder: Path) -> list[Path]:
 
     ns = [r.n for r in s.sizes]
     stages = [(st.removesuffix("_s"), [max(r.stages[st], 1e-3) for r in s.sizes]) for st in STAGES]
+    peaks = [(f"during {st.removesuffix('_s')}", [max(r.stage_peak_mb.get(st.removesuffix("_s"), 0.0), 1.0) for r in s.sizes])
+             for st in STAGES] if all(r.stage_peak_mb for r in s.sizes) else []
     return [loglog("time.png", "time", "seconds", ("order (total)", [r.order_s for r in s.sizes]), stages),
             loglog("memory.png", "memory", "MB", ("peak resident memory", [r.peak_rss_mb for r in s.sizes]),
-                   [("the vectors (float32)", [r.data_mb for r in s.sizes])])]
+                   [(f"the vectors ({s.dtype})", [r.data_mb for r in s.sizes]), *peaks])]

@@ -64,6 +64,23 @@ def test_order_on_ray_equals_order_in_one_process(cluster):
     assert got.tree_weight == want.tree_weight and got.params == want.params
 
 
+def test_a_memory_mapped_float16_file_is_mapped_by_the_tasks_and_gives_the_same_order(cluster, tmp_path):
+    """Above EXACT_MAX_N rows (the probe gap applies); the tasks map the file instead of getting
+    a copy of it through the object store."""
+    from chunktree.engine.inputs import prepare
+    from chunktree.engine.scale import synthetic_embeddings
+
+    np.save(tmp_path / "x.npy", synthetic_embeddings(24_000, topics=40, seed=5).astype(np.float16))
+    mapped = np.load(tmp_path / "x.npy", mmap_mode="r")
+    vectors = prepare(mapped, keep_float16=True).vectors
+    assert distributed._mapped_file(vectors) == (str(tmp_path / "x.npy"), mapped.offset, "<f2", (24_000, 384))
+    assert distributed._mapped_file(vectors[1:]) is None and distributed._mapped_file(np.ones((3, 2))) is None
+    want = order(mapped, method="sparse", seed=3)
+    got = order(mapped, method="sparse", seed=3, ray=cluster)
+    np.testing.assert_array_equal(got.order, want.order)
+    assert got.tree_weight == want.tree_weight and got.params == want.params
+
+
 def test_embedding_on_ray_gives_the_same_vectors_and_fills_the_cache(cluster, embedder, tmp_path):
     words = "whale ship sea harpoon captain sail rope storm island ocean wind deck crew".split()
     rng = np.random.default_rng(0)

@@ -134,3 +134,35 @@ def test_probe_lists_are_the_nearest_centres_nearest_first_ties_to_the_lower():
     assert got.dtype == np.uint16
     np.testing.assert_array_equal(probe_lists(x.astype(np.float16), centers, 9),
                                   probe_lists(x.astype(np.float16).astype(np.float32), centers, 9))
+
+
+def test_a_probe_gap_leaves_out_the_centres_far_below_the_nearest():
+    from chunktree.kernels.topk import probe_lists
+
+    rng = np.random.default_rng(1)
+    x = rng.standard_normal((2000, 16)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    centers = x[rng.choice(2000, 120, replace=False)]
+    full, gapped = probe_lists(x, centers, 10), probe_lists(x, centers, 10, gap=0.2)
+    s = np.take_along_axis(x @ centers.T, full.astype(np.int64), axis=1)
+    far = s[:, :1] - s > np.float32(0.2)
+    assert far.any() and not far.all()
+    np.testing.assert_array_equal(gapped, np.where(far, 120, full))  # left out: c, one past the last centre
+
+
+def test_a_gapped_search_finds_the_best_k_among_the_clusters_it_searches():
+    """An independent reference: each row's exact top-k among the members of its kept clusters."""
+    from chunktree.kernels.topk import probe_lists, topk_clustered
+
+    x = synthetic_embeddings(3000, topics=30, seed=6)
+    centers = x[::60].copy()
+    ids, sims = topk_clustered(x, 8, centers, 6, gap=0.1, row_block=700)
+    probed = probe_lists(x, centers, 6, gap=0.1).astype(np.int64)
+    home = probed[:, 0]
+    for r in np.random.default_rng(0).choice(3000, 200, replace=False):
+        kept = probed[r][probed[r] < 50]
+        cand = np.flatnonzero(np.isin(home, kept) & (np.arange(3000) != r))
+        s = x[cand] @ x[r]
+        best = cand[np.lexsort((cand, -s))[:8]]
+        np.testing.assert_array_equal(ids[r], best)
+        np.testing.assert_allclose(sims[r], np.sort(s)[::-1][:8], rtol=1e-5)

@@ -10,6 +10,7 @@ from strict_json import loads
 
 from chunktree.engine.order import sparse_neighbours
 from chunktree.engine.scale import (
+    STAGES,
     SizeResult,
     _recall,
     fits,
@@ -71,6 +72,17 @@ def test_the_report_says_why_recall_is_low(tmp_path):
 
 def size(n, seconds, mb):
     return SizeResult(n=n, stages={}, order_s=seconds, peak_rss_mb=mb, base_rss_mb=100.0, data_mb=0.0)
+
+
+def test_each_stage_has_its_growth_exponent():
+    def at(n):
+        stages = {st: 1e-6 * n ** (1.0 + 0.1 * i) for i, st in enumerate(STAGES)}
+        return SizeResult(n=n, stages=stages, order_s=sum(stages.values()), peak_rss_mb=200.0, base_rss_mb=100.0,
+                          data_mb=0.0)
+
+    f = fits([at(n) for n in (100_000, 1_000_000, 10_000_000)])
+    for i, st in enumerate(STAGES):
+        assert f[st.removesuffix("_s") + "_exponent"] == pytest.approx(1.0 + 0.1 * i)
 
 
 def test_projections_invert_a_known_power_law():
