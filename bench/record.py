@@ -103,8 +103,9 @@ def title(doc: str | None, default: str) -> str:
 def write(name: str, title: str, command: str, summary: list[str], results: dict[str, Any]) -> Path:
     """Write ``bench/results/NAME.json`` and return its path. A run with ``CHUNKTREE_BENCH_*``
     settings (larger sizes) goes to a file of its own, ``NAME--SETTING-VALUE....json``, so it
-    does not replace the default run's."""
-    settings = {k: v for k, v in sorted(os.environ.items()) if k.startswith("CHUNKTREE_BENCH")}
+    does not replace the default run's; a ``..._DIR`` setting says where data lives, not what is
+    measured, and is left out."""
+    settings = {k: v for k, v in sorted(os.environ.items()) if k.startswith("CHUNKTREE_BENCH") and not k.endswith("_DIR")}
     variant = "".join(f"--{k.removeprefix('CHUNKTREE_BENCH_').lower()}-{v}" for k, v in settings.items())
     doc = {"suite": name, "variant": variant.lstrip("-"), "title": title,
            "command": " ".join([*(f"{k}={v}" for k, v in settings.items()), command]),
