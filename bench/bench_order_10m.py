@@ -16,7 +16,8 @@ next run. Making 10M takes a few minutes and 7.7 GB of disk.
    time it projected from its first block of rows.
 2. ``ray``: the same command with ``--ray local`` (a Ray cluster on this machine; the probe lists
    and the search as Ray tasks): its wall time, and whether its order, root and tree weight are
-   those of (1). ``CHUNKTREE_BENCH_LARGE_RAY=0`` leaves it out.
+   those of (1) (or, when (1) is left out with ``CHUNKTREE_BENCH_LARGE_SINGLE=0``, of the newest
+   single-process run in the results files). ``CHUNKTREE_BENCH_LARGE_RAY=0`` leaves it out.
 3. ``recall``: recall@16 of the sparse method's lists against the exact top-16 over a random
    sample of 100,000 of the same vectors (every sampled row), beside the run's own estimate
    (``recall_estimate``: 256 rows against their exact neighbours among all n).
@@ -48,6 +49,7 @@ FOLDER = Path(os.environ.get("CHUNKTREE_BENCH_LARGE_DIR", tempfile.gettempdir())
 SAMPLE = 100_000
 GOAL_S, GOAL_GB = 20 * 60, 16
 RAY = os.environ.get("CHUNKTREE_BENCH_LARGE_RAY", "1") != "0"
+SINGLE = os.environ.get("CHUNKTREE_BENCH_LARGE_SINGLE", "1") != "0"
 
 
 def vectors_file(n: int, seed: int = 0) -> Path:
@@ -84,6 +86,7 @@ def _digest(doc: dict) -> str:
     return hashlib.sha256(np.asarray(doc["order"], dtype=np.int64).tobytes()).hexdigest()
 
 
+@pytest.mark.skipif(not SINGLE, reason="CHUNKTREE_BENCH_LARGE_SINGLE=0")
 def test_order(results):
     t = time.perf_counter()
     path = vectors_file(N)
@@ -102,14 +105,29 @@ def test_order(results):
         "stderr_tail": err[-2000:]}
 
 
+def _single_process_run() -> dict | None:
+    """This suite's single-process row of size N from its results files (a run without Ray, or the
+    single-process part of a full run), the newest first."""
+    found = []
+    for path in (Path(__file__).parent / "results").glob("bench_order_10m*.json"):
+        doc = json.loads(path.read_text())
+        row = doc["results"].get("order", {}).get(f"n={N}")
+        if row and "order_sha256" in row:
+            found.append((doc["date"], {**row, "from": f"{path.name} ({doc['date']}, commit {doc['commit'][:10]})"}))
+    return max(found, key=lambda f: f[0])[1] if found else None
+
+
 @pytest.mark.skipif(not RAY, reason="CHUNKTREE_BENCH_LARGE_RAY=0")
 def test_ray(results):
+    """Compared with this session's single-process run, or else with the newest one of the results
+    files (``CHUNKTREE_BENCH_LARGE_SINGLE=0`` leaves the single-process run out of this session)."""
     pytest.importorskip("ray")
-    single = results["order"].get(f"n={N}")
+    single = results["order"].get(f"n={N}") or _single_process_run()
     wall, doc, err = _order(vectors_file(N), "--ray", "local")
     results["ray"][f"n={N}"] = {
         "n": N, "wall_s": wall, "stages_s": doc["timings"], "root": doc["root"], "tree_weight": doc["tree_weight"],
         "order_sha256": _digest(doc), "stderr_tail": err[-2000:],
+        "compared_with": None if single is None else single.get("from", "this run"),
         "same_as_single_process": None if single is None else (
             _digest(doc) == single["order_sha256"] and doc["root"] == single["root"]
             and doc["tree_weight"] == single["tree_weight"])}
@@ -143,7 +161,8 @@ def _report(results):
     for row in results.get("ray", {}).values():
         same = {True: "the same order, root and tree weight", False: "a DIFFERENT order",
                 None: "not compared (no single-process run in this session)"}[row["same_as_single_process"]]
-        lines.append(f"n = {row['n']:,} on a local Ray cluster (--ray local): {row['wall_s']:.0f} s, {same}")
+        lines.append(f"n = {row['n']:,} on a local Ray cluster (--ray local): {row['wall_s']:.0f} s, {same} as the "
+                     f"single-process run of {row['compared_with']}")
     for row in results.get("recall", {}).values():
         lines.append(f"recall@16 on a random sample of {row['n']:,} (every row against its exact top-16): {row['recall']:.4f}")
     return lines
