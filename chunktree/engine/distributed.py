@@ -173,6 +173,7 @@ def topk_clustered(x: np.ndarray, k: int, centers: np.ndarray, probes: int, addr
     clusters_ref = ray.put(ClusterIndex.build(probed[:, 0], centers.shape[0]))
     ids = np.empty((n, k), dtype=np.int64)
     sims = np.empty((n, k), dtype=np.float32)
+    bar.at_once = min(cluster_cpus(ray), len(starts))
     tasks = {search.remote(x_ref, s, probed[s:s + row_block], clusters_ref, k, block): s for s in starts}
     while tasks:
         done, _ = ray.wait(list(tasks), num_returns=1)

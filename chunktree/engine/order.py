@@ -481,7 +481,8 @@ def _sparse_tree(x: np.ndarray, root: int, k: int | None, n_clusters: int | None
 class _SearchProgress(Blocks):
     """The neighbour search's progress (``chunktree.progress``): the rows given their probe lists,
     then the rows searched, each with the time left; after the first block searched, the whole
-    search's time projected from the probe lists' time and that block's."""
+    search's time projected from the probe lists' time and that block's (times the rounds of
+    ``at_once`` blocks)."""
 
     def __init__(self, n: int, enabled: bool) -> None:
         self.n, self.enabled = n, enabled
@@ -499,7 +500,8 @@ class _SearchProgress(Blocks):
 
     def searched(self, rows: int) -> None:
         if self.searched_rows == 0 and rows < self.n:
-            projected = self.probed_at - self.t0 + (time.perf_counter() - self.probed_at) * self.n / rows
+            blocks = -(-self.n // rows)  # the first block searched, of this many; at_once of them at a time
+            projected = self.probed_at - self.t0 + (time.perf_counter() - self.probed_at) * -(-blocks // self.at_once)
             self.bar.set_postfix_str(f"projected from the first {rows:,} rows: the search {projected:,.0f} s")
             log.info("order: the search will take about %.0f s (projected from its first %d of %d rows)",
                      projected, rows, self.n)

@@ -116,7 +116,10 @@ def row_block_size(n: int) -> int:
 
 
 class Blocks:
-    """Where ``topk_clustered`` reports its blocks of rows; this one does nothing with them."""
+    """Where ``topk_clustered`` reports its blocks of rows; this one does nothing with them.
+    ``at_once`` is how many blocks are searched at the same time (Ray tasks; 1 in one process)."""
+
+    at_once = 1
 
     def probed(self, rows: int) -> None:
         """``rows`` more rows have their probe lists."""

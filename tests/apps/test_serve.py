@@ -291,8 +291,8 @@ def test_responses_equal_the_cli_json(service, embedder, tmp_path, capsys):
         return strict_loads(capsys.readouterr().out)
 
     def comparable(doc, rows):
-        # Timings and the embedding's cost differ run to run; texts posted carry no provenance.
-        doc = {k: v for k, v in doc.items() if k not in ("timings", "embedding")}
+        # Timings, memory and the embedding's cost differ run to run; texts posted carry no provenance.
+        doc = {k: v for k, v in doc.items() if k not in ("timings", "memory_mb", "embedding")}
         doc[rows] = [strip(row) for row in doc[rows]]
         return doc
 

@@ -166,3 +166,22 @@ def test_a_gapped_search_finds_the_best_k_among_the_clusters_it_searches():
         best = cand[np.lexsort((cand, -s))[:8]]
         np.testing.assert_array_equal(ids[r], best)
         np.testing.assert_allclose(sims[r], np.sort(s)[::-1][:8], rtol=1e-5)
+
+
+def test_the_projection_counts_the_blocks_searched_at_once(monkeypatch, caplog):
+    """Probe lists in 10 s, the first of 8 blocks searched 30 s later: 10 + 8 x 30 s in one
+    process, 10 + 4 x 30 s with two blocks at a time (Ray tasks)."""
+    import logging
+
+    import chunktree.engine.order as order_module
+
+    for at_once, want in ((1, 250), (2, 130)):
+        clock = iter([0.0, 10.0, 40.0])
+        monkeypatch.setattr(order_module.time, "perf_counter", lambda clock=clock: next(clock))
+        bar = order_module._SearchProgress(8000, enabled=False)
+        bar.at_once = at_once
+        bar.probed(8000)
+        with caplog.at_level(logging.INFO, logger="chunktree.engine.order"):
+            bar.searched(1000)
+        assert f"the search will take about {want} s" in caplog.text
+        caplog.clear()
