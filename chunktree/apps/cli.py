@@ -180,8 +180,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the chunks of --embeddings, one per row (default: X.jsonl beside X.npy; without "
                         "either, chunks are named by their row index)")
     p.add_argument("--memory-budget", type=_float(0.0, above=True), default=None, metavar="MB",
-                   help="refuse, before any work, to order --embeddings whose planned peak memory passes this "
-                        "many MB (default: no limit)")
+                   help="refuse a run whose planned peak memory passes this many MB: with --embeddings before "
+                        "any work, otherwise once the chunks are embedded (default: no limit)")
     p.add_argument("--format", choices=("text", "json", "jsonl"), default="text",
                    help="text: a summary and the first chunks; json: the whole result (what the service's "
                         "/v1/order answers); jsonl: one chunk a line (default %(default)s)")

@@ -7,7 +7,7 @@ since the previous mark. It reads, never resets, the kernel's counters, so the c
 ``getrusage`` peak stays valid. Where ``/proc`` is missing it records nothing.
 
 ``planned_peak_bytes`` is what the sparse method holds at its fullest, in per-row bytes counted
-from its arrays (bench/bench_scale.py measures it against the real peak); ``check_budget``
+from its arrays (bench/bench_order_10m.py reports it beside the real peak); ``check_budget``
 refuses a run whose plan passes a budget before anything is read.
 """
 

@@ -259,8 +259,8 @@ def order(
         (``chunktree[ray]``): ``"local"`` starts one on this machine, otherwise the address of a
         running one (``"auto"`` or ``HOST:PORT``). Same result as without it (``engine.distributed``).
     memory_budget_mb
-        refuse, before any work, a run of embeddings whose planned peak memory
-        (``engine.memory.planned_peak_bytes``) passes this many MB.
+        refuse a run whose planned peak memory (``engine.memory.planned_peak_bytes``) passes this
+        many MB: embeddings before any work, texts once embedded (before the tree).
 
     Embeddings given as float16 stay float16 (a memory-mapped ``.npy`` stays on disk, in the page
     cache) and are read as float32 a block at a time (``kernels.rows``): 10 million x 384 take
@@ -288,8 +288,10 @@ def order(
     if memory_budget_mb is not None:
         number(memory_budget_mb, "memory_budget_mb", 0.0, low_open=True)
     shape = getattr(chunks_or_embeddings, "shape", None)
-    if shape is not None and len(shape) == 2 and strategy not in ("document", "dense"):
+    planned = strategy in ("document", "dense")  # baselines build no tree: nothing to plan
+    if not planned and shape is not None and len(shape) == 2:  # embeddings: planned before they are read
         _check_plan(chunks_or_embeddings, method, k, probes, memory_budget_mb, progress)  # type: ignore[arg-type]
+        planned = True
     with StageMeter() as meter:  # its sampling thread ends with the run, or with its error
         t0 = time.perf_counter()
         inputs = prepare(chunks_or_embeddings, query, embedder=embedder, cache=cache, progress=progress, ray=ray,
@@ -298,6 +300,8 @@ def order(
         meter.mark("embed")
         x, q = inputs.vectors, inputs.query
         n, d = x.shape
+        if not planned:  # texts: planned once embedded, before the tree
+            _check_plan(x, method, k, probes, memory_budget_mb, progress)
         if root is not None:
             integer(root, "root (a chunk index)", 0, n - 1)
         qsim = None if q is None else dot_rows(x, q)

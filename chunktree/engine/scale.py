@@ -42,7 +42,7 @@ DEFAULT_SIZES = (10_000, 30_000, 100_000, 300_000, 1_000_000)
 RECALL_ROWS = 1000
 # Above this n the recall is the run's own estimate (``recall_estimate``: 256 rows against their
 # exact neighbours among all n) instead of new lists made again for 1,000 rows: making them again
-# would double the size's time (10M rows: about 15 minutes).
+# would double the size's time.
 RECALL_REMADE_MAX_N = 2_000_000
 DTYPES = ("float32", "float16")
 EXACT_WEIGHT_MAX_N = 20_000  # the exact tree holds an n x n float32 matrix: 1.6 GB here

@@ -4,7 +4,8 @@ Ordering keeps float16 vectors as they are (a memory-mapped ``.npy`` stays on di
 cache), so 10 million 384-dim rows take 7.7 GB instead of 15.4 GB. BLAS has no float16 products
 and Numba no float16 arithmetic, so every stage reads the rows it needs through these helpers:
 a block or a gathered set of rows, converted to float32 (exactly: every float16 value is a
-float32 value). With float32 rows they return views and cost nothing.
+float32 value). With float32 rows ``f32`` returns its input and ``take`` makes the one copy that
+indexing by rows always makes.
 """
 
 import numpy as np

@@ -8,7 +8,6 @@ rows), so its cost is O(n * probes * n / n_clusters * d). Both exclude a row fro
 
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any
 
 import numba
 import numpy as np
@@ -61,18 +60,17 @@ def topk_exact(x: np.ndarray, k: int, block: int = DEFAULT_BLOCK) -> tuple[np.nd
 
 
 def topk_clustered(x: np.ndarray, k: int, centers: np.ndarray, probes: int, gap: float | None = None,
-                   block: int = DEFAULT_BLOCK, row_block: int | None = None, bar: Any = None
+                   block: int = DEFAULT_BLOCK, row_block: int | None = None, bar: "Blocks | None" = None
                    ) -> tuple[np.ndarray, np.ndarray]:
     """Approximate top-``k`` neighbours by an inverted-file search done as matrix products.
 
     Every row belongs to the cluster of its nearest centre and searches the clusters of its
     ``probes`` nearest centres (``probe_lists``), less those more than ``gap`` below the nearest
     in similarity. Rows are then searched in blocks of ``row_block`` (default
-    ``row_block_size(n)``; ``search_rows``); within a
-    block the work is grouped by cluster: the block's rows probing a cluster are multiplied with
-    that cluster's members in one product, and a Numba kernel keeps each row's best ``k``. The
-    blocks are independent: the Ray path (``chunktree.engine.distributed``) runs the same blocks
-    as tasks and gets the same lists.
+    ``row_block_size(n)``; ``search_rows``); within a block the work is grouped by cluster: the
+    block's rows probing a cluster are multiplied with that cluster's members in one product, and
+    a Numba kernel keeps each row's best ``k``. The blocks are independent: the Ray path
+    (``chunktree.engine.distributed``) runs the same blocks as tasks and gets the same lists.
 
     Parameters
     ----------

@@ -185,3 +185,10 @@ def test_the_projection_counts_the_blocks_searched_at_once(monkeypatch, caplog):
             bar.searched(1000)
         assert f"the search will take about {want} s" in caplog.text
         caplog.clear()
+
+
+def test_texts_are_planned_once_embedded(embedder):
+    texts = [f"note {i} about bread, pods and aqueducts" for i in range(30)]
+    with pytest.raises(InvalidValueError, match="ordering 30 x 384 float32 vectors needs about"):
+        order(texts, embedder=embedder, memory_budget_mb=0.001)
+    assert order(texts, embedder=embedder, memory_budget_mb=1000).order.size == 30
