@@ -229,6 +229,10 @@ def order(
 ) -> OrderResult:
     """Order chunks for a sequential reader (CL-ORDER).
 
+    Embeddings given as float16 stay float16 (a memory-mapped ``.npy`` stays on disk, in the page
+    cache) and are read as float32 a block at a time (``kernels.rows``): 10 million x 384 take
+    7.7 GB, not 15.4.
+
     Parameters
     ----------
     chunks_or_embeddings
@@ -261,10 +265,6 @@ def order(
     memory_budget_mb
         refuse a run whose planned peak memory (``engine.memory.planned_peak_bytes``) passes this
         many MB: embeddings before any work, texts once embedded (before the tree).
-
-    Embeddings given as float16 stay float16 (a memory-mapped ``.npy`` stays on disk, in the page
-    cache) and are read as float32 a block at a time (``kernels.rows``): 10 million x 384 take
-    7.7 GB, not 15.4.
     """
     one_of(strategy, "strategy", STRATEGIES)
     one_of(method, "method", METHODS)
