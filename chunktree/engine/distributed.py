@@ -142,18 +142,20 @@ def _rows(x: np.ndarray | tuple[str, int, str, tuple[int, ...]]) -> np.ndarray:
     return x
 
 
-def _probe_task(x: Any, centers: np.ndarray, start: int, stop: int, probes: int, gap: float | None) -> np.ndarray:
-    return probe_lists(_rows(x)[start:stop], centers, probes, gap)
+def _probe_task(x: Any, centers: np.ndarray, start: int, stop: int, probes: int, gap: float | None,
+                bf16: bool) -> np.ndarray:
+    return probe_lists(_rows(x)[start:stop], centers, probes, gap, bf16=bf16)
 
 
 def _search_task(x: Any, start: int, probed: np.ndarray, clusters: ClusterIndex, k: int,
-                 block: int) -> tuple[np.ndarray, np.ndarray]:
-    return search_rows(_rows(x), np.arange(start, start + probed.shape[0]), probed, clusters, k, block, threads=1)
+                 block: int, bf16: bool) -> tuple[np.ndarray, np.ndarray]:
+    return search_rows(_rows(x), np.arange(start, start + probed.shape[0]), probed, clusters, k, block, threads=1,
+                       bf16=bf16)
 
 
 def topk_clustered(x: np.ndarray, k: int, centers: np.ndarray, probes: int, address: str, gap: float | None = None,
-                   block: int = DEFAULT_BLOCK, row_block: int | None = None, bar: Blocks | None = None
-                   ) -> tuple[np.ndarray, np.ndarray]:
+                   block: int = DEFAULT_BLOCK, row_block: int | None = None, bar: Blocks | None = None,
+                   bf16: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """``kernels.topk.topk_clustered`` with its blocks of rows as Ray tasks; same arguments and result."""
     ray = connect(address)
     n = x.shape[0]
@@ -167,14 +169,14 @@ def topk_clustered(x: np.ndarray, k: int, centers: np.ndarray, probes: int, addr
     probe = ray.remote(num_cpus=1)(_probe_task)
     search = ray.remote(num_cpus=1)(_search_task)
     starts = list(range(0, n, row_block))
-    probed = np.concatenate(ray.get([probe.remote(x_ref, centers_ref, s, min(s + row_block, n), probes, gap)
+    probed = np.concatenate(ray.get([probe.remote(x_ref, centers_ref, s, min(s + row_block, n), probes, gap, bf16)
                                      for s in starts]))
     bar.probed(n)
     clusters_ref = ray.put(ClusterIndex.build(probed[:, 0], centers.shape[0]))
     ids = np.empty((n, k), dtype=np.int64)
     sims = np.empty((n, k), dtype=np.float32)
     bar.at_once = min(cluster_cpus(ray), len(starts))
-    tasks = {search.remote(x_ref, s, probed[s:s + row_block], clusters_ref, k, block): s for s in starts}
+    tasks = {search.remote(x_ref, s, probed[s:s + row_block], clusters_ref, k, block, bf16): s for s in starts}
     while tasks:
         done, _ = ray.wait(list(tasks), num_returns=1)
         s = tasks.pop(done[0])

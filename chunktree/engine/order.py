@@ -44,6 +44,7 @@ from chunktree.engine.embedding import EmbedStats
 from chunktree.engine.inputs import prepare
 from chunktree.engine.memory import StageMeter, check_budget, planned_peak_bytes
 from chunktree.engine.results import chunk_fields, json_float
+from chunktree.kernels import bf16 as bf16_units
 from chunktree.kernels.forest import join_components, max_spanning_forest, orient_tree
 from chunktree.kernels.kmeans import spherical_kmeans
 from chunktree.kernels.prim import prim_max_spanning_tree
@@ -386,7 +387,9 @@ def sparse_neighbours(x: np.ndarray, k: int, n_clusters: int, probes: int, seed:
     2. An inverted-file search of ``probes`` clusters per row done as matrix products
        (``kernels.topk.topk_clustered``; on the Ray cluster ``ray`` when given); above
        ``EXACT_MAX_N`` rows, less the clusters whose centre is more than ``PROBE_GAP`` below the
-       row's nearest.
+       row's nearest. Where the CPU has bf16 units (``kernels.bf16.available``), the products of
+       both steps run on them and the lists keep float32 similarities (``info["products"]``
+       says which).
     3. The recall@k of the lists is estimated on ``RECALL_SAMPLE`` random rows against their
        exact neighbours; while it is below ``REFINE_TARGET``, up to ``MAX_REFINE_PASSES`` passes
        of neighbour-of-neighbour refinement improve them (NN-descent's local join over each
@@ -405,18 +408,19 @@ def sparse_neighbours(x: np.ndarray, k: int, n_clusters: int, probes: int, seed:
     recall@16 of the search after them, 1.000 (``bench/bench_topk.py``).
     """
     t0 = time.perf_counter()
-    centers = spherical_kmeans(x, n_clusters, seed)
+    bf16 = bf16_units.available()
+    centers = spherical_kmeans(x, n_clusters, seed, bf16=bf16)
     t1 = time.perf_counter()
     if meter is not None:
         meter.mark("kmeans")
     bar = _SearchProgress(x.shape[0], enabled=progress)
     gap = PROBE_GAP if x.shape[0] > EXACT_MAX_N else None
     if ray is None:
-        ids, sims = topk_clustered(x, k, centers, probes, gap, bar=bar)
+        ids, sims = topk_clustered(x, k, centers, probes, gap, bar=bar, bf16=bf16)
     else:
         from chunktree.engine import distributed
 
-        ids, sims = distributed.topk_clustered(x, k, centers, probes, ray, gap, bar=bar)
+        ids, sims = distributed.topk_clustered(x, k, centers, probes, ray, gap, bar=bar, bf16=bf16)
     bar.close()
     t2 = time.perf_counter()
     if meter is not None:
@@ -439,7 +443,7 @@ def sparse_neighbours(x: np.ndarray, k: int, n_clusters: int, probes: int, seed:
     if meter is not None:
         meter.mark("refine")
     if info is not None:
-        info.update(recall_estimate=recall, refine_passes=passes)
+        info.update(products="bf16" if bf16 else "float32", recall_estimate=recall, refine_passes=passes)
     return ids, sims
 
 

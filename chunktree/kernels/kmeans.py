@@ -9,6 +9,8 @@ cost 6 ms a step here (against BLAS's own threads), more than the whole step's w
 import numpy as np
 from numba import njit
 
+from chunktree.kernels.topk import probe_lists
+
 DEFAULT_BLOCK = 4096
 
 
@@ -104,19 +106,19 @@ def kmeans_plusplus(x: np.ndarray, k: int, rng: np.random.Generator,
 
 
 def spherical_kmeans(x: np.ndarray, k: int, seed: int = 0, iters: int = 10,
-                     points_per_centre: int = 64) -> np.ndarray:
+                     points_per_centre: int = 64, bf16: bool = False) -> np.ndarray:
     """float32 (k, d) unit centres of unit rows ``x``: Lloyd iterations by cosine on a sample of
     at most ``points_per_centre * k`` rows, starting from ``k`` distinct sampled rows. A centre
-    that loses every row keeps its place. Each iteration is one blocked product (``assign``) and
-    one pass of ``center_sums``."""
+    that loses every row keeps its place. Each iteration finds every row's nearest centre as the
+    top-K search's probe lists do (``topk.probe_lists`` with one probe, on the bf16 units with
+    ``bf16``) and sums the rows of each centre (``center_sums``)."""
     rng = np.random.default_rng(seed)
     n = x.shape[0]
     sample = np.sort(rng.choice(n, min(n, points_per_centre * k), replace=False))
     xs = np.ascontiguousarray(x[sample], dtype=np.float32)
     centers = xs[rng.choice(xs.shape[0], k, replace=False)].copy()
-    ones = np.ones(xs.shape[0], dtype=np.float32)  # unit rows: ||x||^2 = 1
     for _ in range(iters):
-        labels, _ = assign(xs, centers, ones)
+        labels = probe_lists(xs, centers, 1, bf16=bf16)[:, 0]
         sums, counts = center_sums(xs, labels, k)
         norms = np.linalg.norm(sums, axis=1)
         moved = (counts > 0) & (norms > 0)

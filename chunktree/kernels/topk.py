@@ -14,6 +14,7 @@ import numpy as np
 from numba import njit, prange
 from threadpoolctl import threadpool_limits
 
+from chunktree.kernels import bf16 as bf16_units
 from chunktree.kernels.rows import f32, gathered, take
 
 DEFAULT_BLOCK = 1024
@@ -25,6 +26,9 @@ DEFAULT_BLOCK = 1024
 # single-process and Ray paths do the same products and give the same lists.
 ROW_BLOCK = 131_072
 ROW_BLOCKS = 8
+# Rows whose probe lists are found together (``probe_lists``), with float32 and with bf16 products.
+PROBE_BLOCK = 8192
+PROBE_BLOCK_BF16 = 1024
 # Graph rows whose pairs are scored together by a refinement pass (22 MB of pairs at 24 entries a row).
 REFINE_BLOCK = 2048
 
@@ -60,8 +64,8 @@ def topk_exact(x: np.ndarray, k: int, block: int = DEFAULT_BLOCK) -> tuple[np.nd
 
 
 def topk_clustered(x: np.ndarray, k: int, centers: np.ndarray, probes: int, gap: float | None = None,
-                   block: int = DEFAULT_BLOCK, row_block: int | None = None, bar: "Blocks | None" = None
-                   ) -> tuple[np.ndarray, np.ndarray]:
+                   block: int = DEFAULT_BLOCK, row_block: int | None = None, bar: "Blocks | None" = None,
+                   bf16: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """Approximate top-``k`` neighbours by an inverted-file search done as matrix products.
 
     Every row belongs to the cluster of its nearest centre and searches the clusters of its
@@ -86,6 +90,10 @@ def topk_clustered(x: np.ndarray, k: int, centers: np.ndarray, probes: int, gap:
     bar
         optional progress (``Blocks``): ``probed(rows)`` after each block of rows has its probe
         lists, ``searched(rows)`` after each block is searched.
+    bf16
+        multiply on the CPU's bf16 units (``kernels.bf16``; where ``bf16.available()``); the
+        probe lists and the lists keep float32 values, recomputed where bf16 rounding could
+        decide.
 
     Returns ids int64 (n, k) and similarities float32 (n, k), descending, ties to the lower id;
     where fewer than k candidates were seen, the tail holds id -1 and similarity -inf.
@@ -95,7 +103,7 @@ def topk_clustered(x: np.ndarray, k: int, centers: np.ndarray, probes: int, gap:
     bar = bar or Blocks()
     probed = np.empty((n, probes), dtype=probe_dtype(centers.shape[0]))
     for start in range(0, n, row_block):
-        probed[start:start + row_block] = probe_lists(x[start:start + row_block], centers, probes, gap)
+        probed[start:start + row_block] = probe_lists(x[start:start + row_block], centers, probes, gap, bf16=bf16)
         bar.probed(min(row_block, n - start))
     clusters = ClusterIndex.build(probed[:, 0], centers.shape[0])
     ids = np.empty((n, k), dtype=np.int64)
@@ -103,7 +111,7 @@ def topk_clustered(x: np.ndarray, k: int, centers: np.ndarray, probes: int, gap:
     for start in range(0, n, row_block):
         stop = min(start + row_block, n)
         ids[start:stop], sims[start:stop] = search_rows(x, np.arange(start, stop), probed[start:stop], clusters, k,
-                                                        block)
+                                                        block, bf16=bf16)
         bar.searched(stop - start)
     return ids, sims
 
@@ -133,7 +141,7 @@ def probe_dtype(n_clusters: int) -> np.dtype:
 
 
 def probe_lists(x: np.ndarray, centers: np.ndarray, probes: int, gap: float | None = None,
-                threads: int | None = None) -> np.ndarray:
+                threads: int | None = None, bf16: bool = False) -> np.ndarray:
     """(n, probes) of ``probe_dtype``: the ``probes`` centres nearest each row, nearest (its own
     cluster) first, ties to the lower centre; a centre more than ``gap`` below the nearest in
     similarity is left out, its place holding ``c`` (one past the last centre).
@@ -141,14 +149,20 @@ def probe_lists(x: np.ndarray, centers: np.ndarray, probes: int, gap: float | No
     Blocks of rows are shared out among ``threads`` Python threads (default Numba's, the cores),
     each multiplying on one BLAS thread and selecting with ``_nearest_first``, as in
     ``search_rows``: a parallel selection between BLAS products ran at half speed against BLAS's
-    spinning threads (8,192 x 1,414 products: 26 ms against 12.5 ms)."""
+    spinning threads (8,192 x 1,414 products: 26 ms against 12.5 ms). With ``bf16``, the
+    products run on the bf16 units and a centre within ``bf16.margin`` of a row's last probe is
+    compared again in float32 (``kernels.bf16``)."""
     c = centers.shape[0]
     out = np.empty((x.shape[0], probes), dtype=probe_dtype(c))
-    step = DEFAULT_BLOCK * 8
+    step = PROBE_BLOCK_BF16 if bf16 else PROBE_BLOCK
     floor = np.float32(np.inf if gap is None else gap)
+    centers = f32(centers)
+    centers_bf16 = bf16_units.to_bf16(centers) if bf16 else None
+    slack = np.float32(bf16_units.margin(x.shape[1]) if bf16 else 0.0)
 
     def block(start: int) -> None:
-        _nearest_first(f32(x[start:start + step]) @ centers.T, floor, c, out[start:start + step])
+        xa = f32(x[start:start + step])
+        _nearest_first(_product(xa, centers, centers_bf16), floor, c, out[start:start + step], xa, centers, slack)
 
     threads = numba.get_num_threads() if threads is None else threads
     with threadpool_limits(1, user_api="blas"), ThreadPoolExecutor(threads) as pool:
@@ -156,12 +170,22 @@ def probe_lists(x: np.ndarray, centers: np.ndarray, probes: int, gap: float | No
     return out
 
 
+def _product(xa: np.ndarray, xb: np.ndarray, xb_bf16: np.ndarray | None) -> np.ndarray:
+    """float32 ``xa @ xb.T``: through BLAS, or on the bf16 units when ``xb_bf16`` (``xb``'s rows
+    as ``bf16.to_bf16`` gives them) is given."""
+    if xb_bf16 is None:
+        return xa @ xb.T
+    return bf16_units.products(bf16_units.to_bf16(xa), xb_bf16, xa.shape[0], xb.shape[0])
+
+
 @njit(cache=True, nogil=True)
-def _nearest_first(s, gap, left_out, out):  # pragma: no cover - compiled
-    """Each row's ``out.shape[1]`` largest columns of ``s``, largest first, ties to the lower
-    column, those more than ``gap`` below the largest replaced by ``left_out``: one pass of
-    insertions a row, where numpy's argpartition and argsort took 1.17 s for the rows of an
-    8,192 x 6,325 product (which itself took 0.39 s) and this 0.058 s on each of two threads."""
+def _nearest_first(s, gap, left_out, out, xa, centers, slack):  # pragma: no cover - compiled
+    """Each row's ``out.shape[1]`` largest columns of ``s`` (``xa @ centers.T``), largest first,
+    ties to the lower column, those more than ``gap`` below the largest replaced by ``left_out``:
+    one pass of insertions a row, where numpy's argpartition and argsort took 1.17 s for the rows
+    of an 8,192 x 6,325 product (which itself took 0.39 s) and this 0.058 s on each of two
+    threads. With ``slack`` > 0 (bf16 products, off by at most ``slack``), a column that comes
+    within ``slack`` of the last kept is computed again in float32 and that value is used."""
     p = out.shape[1]
     for i in range(s.shape[0]):
         vals = np.full(p, -np.inf, dtype=np.float32)
@@ -169,8 +193,12 @@ def _nearest_first(s, gap, left_out, out):  # pragma: no cover - compiled
         row = s[i]
         for j in range(row.size):
             v = row[j]
-            if v <= vals[p - 1]:
+            if v <= vals[p - 1] - slack:
                 continue
+            if slack > 0:
+                v = bf16_units.dot(xa[i], centers[j])
+                if v <= vals[p - 1]:
+                    continue
             pos = p - 1
             while pos > 0 and v > vals[pos - 1]:
                 vals[pos] = vals[pos - 1]
@@ -197,7 +225,8 @@ class ClusterIndex:
 
 
 def search_rows(x: np.ndarray, rows: np.ndarray, probed: np.ndarray, clusters: ClusterIndex, k: int,
-                block: int = DEFAULT_BLOCK, threads: int | None = None) -> tuple[np.ndarray, np.ndarray]:
+                block: int = DEFAULT_BLOCK, threads: int | None = None, bf16: bool = False
+                ) -> tuple[np.ndarray, np.ndarray]:
     """Top-``k`` lists of the rows ``rows`` (int64 ids) of ``x``, each searching the clusters in
     its row of ``probed``; see ``topk_clustered``.
 
@@ -207,7 +236,9 @@ def search_rows(x: np.ndarray, rows: np.ndarray, probed: np.ndarray, clusters: C
     parallel merge would fight BLAS's spinning threads (see ``_keep_best``). The products are
     the same as on one thread, and a list is the best ``k`` of the candidates by a total order
     (similarity, then id), so the lists do not depend on ``threads`` (tested bit for bit).
-    bench/bench_topk.py times the search against faiss.
+    With ``bf16``, the products run on the bf16 units and a product within ``bf16.margin`` of a
+    list's k-th best is computed again in float32 (``kernels.bf16``). bench/bench_topk.py times
+    the search against faiss.
     """
     m, probes = probed.shape
     pairs_cluster = probed.ravel()
@@ -216,6 +247,7 @@ def search_rows(x: np.ndarray, rows: np.ndarray, probed: np.ndarray, clusters: C
     asker_bounds = np.searchsorted(pairs_cluster[by_probe], np.arange(clusters.bounds.size))
     asked = np.flatnonzero(np.diff(asker_bounds) * np.diff(clusters.bounds))
     threads = max(1, min(numba.get_num_threads() if threads is None else threads, asked.size))
+    slack = np.float32(bf16_units.margin(x.shape[1]) if bf16 else 0.0)
 
     def search(part: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         ids = np.full((m, k), -1, dtype=np.int64)
@@ -223,10 +255,12 @@ def search_rows(x: np.ndarray, rows: np.ndarray, probed: np.ndarray, clusters: C
         for cl in part:
             cand = clusters.members[clusters.bounds[cl]:clusters.bounds[cl + 1]]
             xc = take(x, cand)
+            xc_bf16 = bf16_units.to_bf16(xc) if bf16 else None
             local_all = askers[asker_bounds[cl]:asker_bounds[cl + 1]]
             for at in range(0, local_all.size, block):
                 local = local_all[at:at + block]
-                _keep_best(take(x, rows[local]) @ xc.T, local, rows, cand, ids, sims)
+                xa = take(x, rows[local])
+                _keep_best(_product(xa, xc, xc_bf16), xa, xc, slack, local, rows, cand, ids, sims)
         return ids, sims
 
     if threads == 1:
@@ -261,10 +295,12 @@ def _merge_lists(ids, sims, more_ids, more_sims):  # pragma: no cover - compiled
 
 
 @njit(cache=True, nogil=True)
-def _keep_best(s, local, rows, cand, ids, sims):  # pragma: no cover - compiled
-    """Merge similarities ``s`` (local x cand) into the sorted best lists (ids, sims) of the rows
-    ``local`` (``rows[local]`` are their ids): descending similarity, ties to the lower id; a row
-    is never its own neighbour.
+def _keep_best(s, xa, xc, slack, local, rows, cand, ids, sims):  # pragma: no cover - compiled
+    """Merge similarities ``s`` (``xa @ xc.T``, local x cand) into the sorted best lists (ids,
+    sims) of the rows ``local`` (``rows[local]`` are their ids): descending similarity, ties to
+    the lower id; a row is never its own neighbour. With ``slack`` > 0 (bf16 products, off by at
+    most ``slack``), a product that comes within ``slack`` of a list's k-th best is computed
+    again in float32 and that value is kept.
 
     Serial on purpose: between two products OpenBLAS's threads spin, and a parallel kernel
     fighting them ran 4x slower (1,000 x 224 blocks: 8.2 ms per product and merge against 1.9).
@@ -278,10 +314,16 @@ def _keep_best(s, local, rows, cand, ids, sims):  # pragma: no cover - compiled
         floor = row_sims[k - 1]  # held in a register: most products fall below it
         for j in range(cand.size):
             v = row[j]
-            if v < floor:
+            if v < floor - slack:
                 continue
             c = cand[j]
-            if c == me or (v == floor and c > row_ids[k - 1]):
+            if c == me:
+                continue
+            if slack > 0:
+                v = bf16_units.dot(xa[i], xc[j])
+                if v < floor:
+                    continue
+            if v == floor and c > row_ids[k - 1]:
                 continue
             pos = k - 1
             while pos > 0 and (v > row_sims[pos - 1] or (v == row_sims[pos - 1] and c < row_ids[pos - 1])):
