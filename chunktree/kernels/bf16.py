@@ -42,10 +42,11 @@ def available() -> bool:
 
 def margin(d: int) -> float:
     """The most a bf16 product of two rows of dimension ``d`` and norm at most ``NORM_BOUND`` can
-    be off from their float32 product: rounding each factor to bf16 moves it by at most 2^-9 of
-    itself, so a term a_i b_i by at most (2^-8 + 2^-18) |a_i b_i|, and the |a_i b_i| sum to at most
-    |a| |b|; each of the two float32 sums of d terms adds at most d 2^-24 |a| |b|."""
-    return (2**-8 + 2**-18 + 2 * d * 2**-24) * NORM_BOUND**2
+    be off from their float32 product: rounding a factor to bf16 (8 significant bits) moves it by
+    at most 2^-8 of itself, so a term a_i b_i by at most (2^-7 + 2^-16) |a_i b_i|, and the
+    |a_i b_i| sum to at most |a| |b|; each of the two float32 sums of d terms adds at most
+    d 2^-24 |a| |b|."""
+    return (2**-7 + 2**-16 + 2 * d * 2**-24) * NORM_BOUND**2
 
 
 @njit(cache=True, nogil=True)

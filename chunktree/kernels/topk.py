@@ -156,7 +156,7 @@ def probe_lists(x: np.ndarray, centers: np.ndarray, probes: int, gap: float | No
     out = np.empty((x.shape[0], probes), dtype=probe_dtype(c))
     step = PROBE_BLOCK_BF16 if bf16 else PROBE_BLOCK
     floor = np.float32(np.inf if gap is None else gap)
-    centers = f32(centers)
+    centers = np.ascontiguousarray(centers, dtype=np.float32)
     centers_bf16 = bf16_units.to_bf16(centers) if bf16 else None
     slack = np.float32(bf16_units.margin(x.shape[1]) if bf16 else 0.0)
 
