@@ -103,13 +103,15 @@ REVERSE_NEIGHBOURS = 8
 # last Kruskal pass. Chosen on the same case.
 JOIN_PER_ROW = 4
 # From EXACT_MAX_N rows up, a probed cluster whose centre is more than PROBE_GAP below the nearest
-# centre in cosine is not searched. On clear topics (synthetic, 100 topics, n = 300,000) 10.6 of 16
-# probes a row are kept, and every exact top-16 neighbour of 500 sampled rows is in a cluster
-# searched; on fine topics (5,000 topics, n = 100,000), where centres are close, 15.5. Recall@16 of
-# the lists, no gap against this gap: 1.0000 / 1.0000 (n = 200,000, 100 topics; the search 1.4x
-# faster), 0.9671 / 0.9671 (10,000 topics), 1.0000 / 0.9996 (n = 5,000). Below EXACT_MAX_N the
-# centres, each from few rows, are too rough to judge by: n = 800, 100 topics, 0.94 / 0.82.
-PROBE_GAP = 0.15
+# centre in cosine is not searched. Recall@16 of the search's lists on 1,000 sampled rows (synthetic
+# data, float16), no gap / 0.15 / 0.1, and the probes kept of 16: clear topics, n = 500,000, 100
+# topics: 0.9999 / 0.9999 / 0.9990, 16 / 12.7 / 7.8 probes, the search 23.8 / 20.5 / 15.7 s;
+# n = 200,000, 1,000 topics: 0.9995 for all three, 16 / 6.9 / 5.1 probes; n = 30,000, 100 topics:
+# 1.0000 / 0.9998 / 0.9983; fine topics, where centres are close (n = 200,000, 10,000 topics):
+# 0.4005 / 0.4005 / 0.4001 (15.5 probes kept; refinement passes lift it). Below EXACT_MAX_N the
+# centres, each from few rows, are too rough to judge by: n = 800, 100 topics, 0.94 with no gap and
+# 0.82 with 0.15.
+PROBE_GAP = 0.1
 # From this many embeddings, ``order(progress=True)`` says the planned peak memory before it starts.
 PLAN_SAID_N = 1_000_000
 
