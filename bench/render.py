@@ -132,9 +132,9 @@ def _eval(kind: str) -> Callable[[dict[str, Any]], list[str] | None]:
 
 
 HEADLINE: list[tuple[str, Callable[[dict[str, Any]], list[str] | None]]] = [
-    ("bench_order", _naive), ("bench_order", _exact), ("bench_order", _sparse), ("bench_order_10m", _order_10m), ("bench_topk", _topk),
-    ("bench_select", _select), ("bench_embed", _embed), ("bench_serve", _serve), ("bench_eval", _eval("bridge")),
-    ("bench_eval", _eval("comparison"))]
+    ("bench_order", _naive), ("bench_order", _exact), ("bench_order", _sparse), ("bench_order_10m", _order_10m),
+    ("bench_topk", _topk), ("bench_select", _select), ("bench_embed", _embed), ("bench_serve", _serve),
+    ("bench_eval", _eval("bridge")), ("bench_eval", _eval("comparison"))]
 
 
 def machine_line(doc: dict[str, Any]) -> str:

@@ -112,6 +112,13 @@ JOIN_PER_ROW = 4
 # centres, each from few rows, are too rough to judge by: n = 800, 100 topics, 0.94 with no gap and
 # 0.82 with 0.15.
 PROBE_GAP = 0.1
+# The search multiplies on the bf16 units where its clusters average at least this many rows: its
+# products are then large enough to outweigh the conversions and the float32 recomputations
+# (Intel Xeon with AMX: bench/bench_products.py at n = 1,000,000, 500 rows a cluster, the search
+# ran at 0.90x float32's speed; bench/bench_order_10m.py at n = 10,000,000, 1,581 rows a cluster,
+# PROBE_GAP 0.15, the top-K stage took 1,035 s with bf16 products, 1,367 s with float32 ones, at
+# commits ff12dfa and 9a17339). K-means' products gain at any size (2.41x at 1M).
+BF16_SEARCH_MIN_ROWS = 1000
 # From this many embeddings, ``order(progress=True)`` says the planned peak memory before it starts.
 PLAN_SAID_N = 1_000_000
 
@@ -389,9 +396,10 @@ def sparse_neighbours(x: np.ndarray, k: int, n_clusters: int, probes: int, seed:
     2. An inverted-file search of ``probes`` clusters per row done as matrix products
        (``kernels.topk.topk_clustered``; on the Ray cluster ``ray`` when given); above
        ``EXACT_MAX_N`` rows, less the clusters whose centre is more than ``PROBE_GAP`` below the
-       row's nearest. Where the CPU has bf16 units (``kernels.bf16.available``), the products of
-       both steps run on them and the lists keep float32 similarities (``info["products"]``
-       says which).
+       row's nearest. Where the CPU has bf16 units (``kernels.bf16.available``), K-means'
+       products run on them, and so do the search's where its clusters average at least
+       ``BF16_SEARCH_MIN_ROWS`` rows; the lists keep float32 similarities (``info["products"]``
+       says which products the search ran).
     3. The recall@k of the lists is estimated on ``RECALL_SAMPLE`` random rows against their
        exact neighbours; while it is below ``REFINE_TARGET``, up to ``MAX_REFINE_PASSES`` passes
        of neighbour-of-neighbour refinement improve them (NN-descent's local join over each
@@ -412,6 +420,7 @@ def sparse_neighbours(x: np.ndarray, k: int, n_clusters: int, probes: int, seed:
     t0 = time.perf_counter()
     bf16 = bf16_units.available()
     centers = spherical_kmeans(x, n_clusters, seed, bf16=bf16)
+    bf16 = bf16 and x.shape[0] >= BF16_SEARCH_MIN_ROWS * n_clusters
     t1 = time.perf_counter()
     if meter is not None:
         meter.mark("kmeans")
