@@ -114,7 +114,7 @@ def _order_10m(doc: dict[str, Any]) -> list[str] | None:
     run = max(runs.values(), key=lambda r: r["n"])
     sample = next(iter((_get(doc, "recall") or {}).values()), None)
     return [f"order {run['n']:,} embedded float16 chunks (sparse tree), one process",
-            f"{run['wall_s']:,.0f} s, peak {run['peak_rss_mb'] / 1e3:.1f} GB", "—",
+            f"{run['wall_s']:,.0f} s, peak {run['peak_rss_mb'] / 1024:.1f} GiB", "—",
             "" if sample is None else f"recall@16 {sample['recall']:.4f} on a {sample['n']:,}-row sample"]
 
 

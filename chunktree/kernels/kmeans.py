@@ -3,9 +3,10 @@
 Distances go through BLAS: for rows x and centres c, ||x - c||^2 = ||x||^2 - 2 x.c + ||c||^2,
 with x.c one matrix product per block of rows. ``spherical_kmeans`` (the centres of ``order``'s
 search, by cosine) finds each row's nearest centre as the search's probe lists do
-(``topk.probe_lists``, on the CPU's bf16 units when asked). Numba does the per-row loop BLAS cannot: the
-per-centre sums of an assignment. It runs serially: a Numba parallel region per mini-batch step
-cost 6 ms a step here (against BLAS's own threads), more than the whole step's work.
+(``topk.probe_lists``, on the CPU's bf16 units when asked). Numba does the per-row loop BLAS
+cannot: the per-centre sums of an assignment. It runs serially: a Numba parallel region per
+mini-batch step cost 6 ms a step here (against BLAS's own threads), more than the whole step's
+work.
 """
 
 import numpy as np

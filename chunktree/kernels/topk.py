@@ -27,6 +27,8 @@ DEFAULT_BLOCK = 1024
 ROW_BLOCK = 131_072
 ROW_BLOCKS = 8
 # Rows whose probe lists are found together (``probe_lists``), with float32 and with bf16 products.
+# Smaller blocks keep a bf16 product's output in cache: the probe lists of 125,000 rows against
+# 6,325 centres took 2.77 s in blocks of 8,192 rows and 1.94 s in blocks of 1,024 (Intel Xeon, AMX).
 PROBE_BLOCK = 8192
 PROBE_BLOCK_BF16 = 1024
 # Graph rows whose pairs are scored together by a refinement pass (22 MB of pairs at 24 entries a row).
