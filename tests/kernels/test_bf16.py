@@ -4,19 +4,12 @@ against those of float32 products."""
 
 import numpy as np
 import pytest
+from conftest import unit
 
 from chunktree.kernels import bf16
-from chunktree.kernels.topk import ClusterIndex, probe_lists, search_rows, topk_clustered
+from chunktree.kernels.topk import probe_lists, topk_clustered
 
 needs_units = pytest.mark.skipif(not bf16.available(), reason="this CPU has no bf16 units OpenVINO lists")
-
-
-def unit(n, d, seed=0, topics=None):
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((n, d))
-    if topics:
-        x = 0.8 * rng.standard_normal((topics, d))[rng.integers(0, topics, n)] + x / np.sqrt(d) * 2
-    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
 
 
 def rounded(a):
@@ -91,17 +84,3 @@ def test_probe_lists_on_bf16_units_are_the_nearest_centres_by_float64_up_to_roun
     assert np.mean((probed == want).all(axis=1)) > 0.995
     nearest = probe_lists(x, centers, 1, bf16=True)[:, 0]
     np.testing.assert_array_equal(s[np.arange(3000), nearest], s.max(axis=1))
-
-
-@needs_units
-def test_bf16_search_lists_do_not_depend_on_the_threads():
-    x = unit(2000, 16, seed=8, topics=50)
-    x[1000:1100] = x[:100]  # exact ties
-    centers = x[::50]
-    probed = probe_lists(x, centers, 6, bf16=True)
-    clusters = ClusterIndex.build(probed[:, 0], centers.shape[0])
-    rows = np.arange(2000)
-    one = search_rows(x, rows, probed, clusters, 12, block=128, threads=1, bf16=True)
-    many = search_rows(x, rows, probed, clusters, 12, block=128, threads=3, bf16=True)
-    np.testing.assert_array_equal(many[0], one[0])
-    np.testing.assert_array_equal(many[1], one[1])

@@ -3,17 +3,11 @@
 import hypothesis.strategies as st
 import numpy as np
 import pytest
+from conftest import unit
 from hypothesis import given, settings
 
+from chunktree.kernels import bf16 as bf16_units
 from chunktree.kernels.topk import topk_clustered, topk_exact
-
-
-def unit(n, d, seed=0, topics=None):
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((n, d))
-    if topics:
-        x = 0.8 * rng.standard_normal((topics, d))[rng.integers(0, topics, n)] + x / np.sqrt(d) * 2
-    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
 
 
 def reference_topk(x, k):
@@ -77,20 +71,22 @@ def test_clustered_pads_when_too_few_candidates():
     assert (np.sort(ids[:, :29], axis=1) == np.array([[j for j in range(30) if j != i] for i in range(30)])).all()
 
 
+@pytest.mark.parametrize("bf16", [False, pytest.param(True, marks=pytest.mark.skipif(
+    not bf16_units.available(), reason="this CPU has no bf16 units OpenVINO lists"))])
 @pytest.mark.parametrize("threads", [2, 3, 7])
-def test_clustered_lists_do_not_depend_on_the_threads(threads):
+def test_clustered_lists_do_not_depend_on_the_threads(threads, bf16):
     """The clusters shared out among threads, each with lists of its own, merged: bit for bit the
-    lists of one thread, even with ties (duplicated rows)."""
+    lists of one thread, even with ties (duplicated rows); with float32 or bf16 products."""
     from chunktree.kernels.topk import ClusterIndex, probe_lists, search_rows
 
     x = unit(2000, 16, seed=8, topics=50)
     x[1000:1100] = x[:100]  # exact ties
     centers = x[::50]
-    probed = probe_lists(x, centers, 6)
+    probed = probe_lists(x, centers, 6, bf16=bf16)
     clusters = ClusterIndex.build(probed[:, 0], centers.shape[0])
     rows = np.arange(2000)
-    one = search_rows(x, rows, probed, clusters, 12, block=128, threads=1)
-    many = search_rows(x, rows, probed, clusters, 12, block=128, threads=threads)
+    one = search_rows(x, rows, probed, clusters, 12, block=128, threads=1, bf16=bf16)
+    many = search_rows(x, rows, probed, clusters, 12, block=128, threads=threads, bf16=bf16)
     np.testing.assert_array_equal(many[0], one[0])
     np.testing.assert_array_equal(many[1], one[1])
 
