@@ -77,17 +77,6 @@ def unit_topics(n, d=32, topics=5, spread=0.6, seed=0):
     return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32), truth
 
 
-def unit(n, d, seed=0, topics=None):
-    """(n, d) float32 unit rows: Gaussian, or around ``topics`` random centres."""
-    import numpy as np
-
-    rng = np.random.default_rng(seed)
-    x = rng.standard_normal((n, d))
-    if topics:
-        x = 0.8 * rng.standard_normal((topics, d))[rng.integers(0, topics, n)] + x / np.sqrt(d) * 2
-    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
-
-
 @pytest.fixture(scope="session")
 def shared_data():
     if not SHARED_DATA.is_dir():

@@ -4,12 +4,19 @@ against those of float32 products."""
 
 import numpy as np
 import pytest
-from conftest import unit
 
 from chunktree.kernels import bf16
 from chunktree.kernels.topk import probe_lists, topk_clustered
 
 needs_units = pytest.mark.skipif(not bf16.available(), reason="this CPU has no bf16 units OpenVINO lists")
+
+
+def unit(n, d, seed=0, topics=None):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, d))
+    if topics:
+        x = 0.8 * rng.standard_normal((topics, d))[rng.integers(0, topics, n)] + x / np.sqrt(d) * 2
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
 
 
 def rounded(a):

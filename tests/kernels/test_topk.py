@@ -3,11 +3,18 @@
 import hypothesis.strategies as st
 import numpy as np
 import pytest
-from conftest import unit
 from hypothesis import given, settings
 
 from chunktree.kernels import bf16 as bf16_units
 from chunktree.kernels.topk import topk_clustered, topk_exact
+
+
+def unit(n, d, seed=0, topics=None):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, d))
+    if topics:
+        x = 0.8 * rng.standard_normal((topics, d))[rng.integers(0, topics, n)] + x / np.sqrt(d) * 2
+    return (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32)
 
 
 def reference_topk(x, k):
