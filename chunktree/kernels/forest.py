@@ -289,7 +289,8 @@ def _searched(x: np.ndarray, jobs: list[tuple[np.ndarray, np.ndarray, np.ndarray
     Numba-parallel ``_reach_best`` after it. Each part gathers its own rows (gathering the
     searched rows of all pairs at once copied 77 MB at n = 30,000) and has at least
     ``PART_ROWS`` of them; a round of fewer parts than threads runs its jobs whole, on BLAS's
-    own threads. A row's result does not depend on its part."""
+    own threads. A row's result does not depend on its part, up to the rounding of its products
+    (BLAS may sum a row's products in another order in a block of another shape)."""
     def part_search(part: tuple[int, int, int]) -> tuple[np.ndarray, ...]:
         vectors, rows, cols, per = jobs[part[0]]
         return search(x, take(vectors, rows[part[1]:part[2]]), cols, per)
