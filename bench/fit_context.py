@@ -1,15 +1,26 @@
-"""Fit the weights of the context's relevance model (``chunktree/track/context.py``).
+"""Fit the weights of the context's relevance model (``chunktree/track/context.py``) on a mix of
+conversation kinds, and validate them on conversations kept out of the fit.
 
-    python bench/fit_context.py   # needs ../shared/data (CoQA, SQuAD-Shifts)
+    python bench/fit_context.py   # needs ../shared/data (CoQA, SQuAD-Shifts, DialSeg711, TIAGE, LoCoMo)
 
-On 30 dialogues each of 40 and 80 turns stitched from the first half of the CoQA stories and of
-the SQuAD-Shifts articles (the half ``chunktree eval-track`` does not use), placed turn by turn by
-the shipped decider: for every turn and every earlier turn, the ``RELEVANCE_FEATURES`` and whether
-the two are of one story. A logistic regression (``train.fit_weights``, L2 1, each source weighing
-the same) gives the weights on the features' own scale; paste them into ``RELEVANCE_WEIGHTS`` and
-``RELEVANCE_BIAS``. Segmentation benchmarks (DialSeg711, TIAGE) are left out: their topics never
-come back, so a fit on them learns that only the current stretch matters. Also prints, on the
-same pairs, how well the shipped weights and the fitted ones rank them (the mean log loss).
+Pairs (an earlier turn, the turn or question that needs the context), each with the
+``RELEVANCE_FEATURES`` and a label, from five sources that weigh the same in the fit:
+
+- stitched CoQA and SQuAD-Shifts dialogues (30 each of 40 and 80 turns, from the first half of
+  the stories, the half ``chunktree eval-track`` does not use), placed turn by turn by the
+  shipped decider: every earlier turn, labelled 1 when it is of the turn's story;
+- DialSeg711 (the even half's first 70%, the training part of ``train_track_decider.py``) and
+  TIAGE train: every earlier utterance, labelled 1 when it is of the utterance's segment;
+- the LoCoMo half in ``../shared/data/dialogue/locomo_half.json``: every turn of a conversation
+  against each question, labelled 1 when it holds the question's evidence; once with the question
+  added as the next turn (as ``eval-track --data locomo`` measures ``forest``) and once as a query
+  that is not a turn (``forest_query``).
+
+Validation, leave one conversation out: for each LoCoMo conversation, the model fitted on the
+other sources and the other four conversations gives the evidence recall of its questions at each
+budget (both ways of asking). The stitched dialogues are validated by ``bench/eval_track.py`` on
+the second half of the stories. Then the fit on everything gives the weights to paste into
+``RELEVANCE_WEIGHTS`` and ``RELEVANCE_BIAS`` (features on their own scale).
 
 Writes ``bench/results/fit_context.json``.
 """
@@ -22,72 +33,148 @@ from record import title, write
 
 from chunktree import Embedder
 from chunktree.engine.cache import EmbeddingCache
-from chunktree.track.context import RELEVANCE_FEATURES, relevance, relevance_features
-from chunktree.track.data import Turn, load_stories, stitch
-from chunktree.track.decide import Thresholds
+from chunktree.track.context import RELEVANCE_FEATURES, relevance_features
+from chunktree.track.data import LabelledDialogue, Turn, labelled_turns, load_labelled, load_stories, stitch
 from chunktree.track.evaluate import embed_turns
-from chunktree.track.forest import Forest
+from chunktree.track.forest import Forest, _texts
+from chunktree.track.lexical import lexical_tokens
+from chunktree.track.locomo import LocomoConversation, _copy, _fill, load_locomo
 from chunktree.track.train import fit_weights
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-SETS = {"coqa": DATA / "coqa_test.json", "squad": DATA / "squad_shifts_new_wiki_v1.0.json"}
+STITCHED = {"coqa": DATA / "coqa_test.json", "squad": DATA / "squad_shifts_new_wiki_v1.0.json"}
+DIALSEG, TIAGE = DATA / "dialogue" / "dialseg711_even.json", DATA / "dialogue" / "tiage_train_dev.json"
+LOCOMO = DATA / "dialogue" / "locomo_half.json"
 LENGTHS, DIALOGUES, L2 = (40, 80), 30, 1.0
+BUDGETS = (256, 512, 1024, 2048, 4096)
+WAYS = ("turn", "query")  # the question added as a turn, or asked with context(query=)
+
+Pairs = tuple[np.ndarray, np.ndarray]
 
 
-def dialogues(path: Path) -> list[list[Turn]]:
-    """The dialogues stitched from the first half of a CoQA or SQuAD file."""
+def features(forest: Forest, current: int | None, vector: np.ndarray | None = None, text: str = "") -> np.ndarray:
+    """``Forest.context``'s features of every node against node ``current`` or a query."""
+    n = len(forest.nodes)
+    if current is not None:
+        vector, text = forest._vectors[current], " ".join(_texts(forest.nodes[current]))
+    return relevance_features(forest._vectors[:n] @ vector, forest._lexical.scores(lexical_tokens(text)),
+                              forest._tree_of[:n], forest._parent[:n], current)
+
+
+def dialogue_pairs(dialogues: list[list[Turn]], embedder: Embedder, cache: EmbeddingCache) -> Pairs:
+    """Every (earlier turn, turn) pair of the dialogues, placed by the shipped decider; label: same story."""
+    xs, ys = [], []
+    for turns, (u, v, _) in zip(dialogues, embed_turns(dialogues, embedder, cache, False)):
+        forest = Forest(embedder)
+        story = np.array([t.story for t in turns])
+        for i, turn in enumerate(turns):
+            forest._place(turn.user, turn.assistant or None, u[i], v[i])
+            if i:
+                xs.append(features(forest, i)[:i])
+                ys.append(story[:i] == story[i])
+    return np.concatenate(xs), np.concatenate(ys).astype(np.float64)
+
+
+def stitched(path: Path) -> list[list[Turn]]:
     stories = load_stories(path)
     half = stories[:len(stories) // 2]
     return [stitch(half, length, i) for length in LENGTHS for i in range(DIALOGUES)]
 
 
-def pairs(path: Path, embedder: Embedder, cache: EmbeddingCache) -> tuple[np.ndarray, np.ndarray]:
-    """Every (earlier turn, turn) pair's features and label."""
-    xs, ys = [], []
-    made = dialogues(path)
-    for turns, (u, v, _) in zip(made, embed_turns(made, embedder, cache, False)):
-        forest = Forest(embedder)
-        story = np.array([t.story for t in turns])
-        for i, turn in enumerate(turns):
-            forest._place(turn.user, turn.assistant, u[i], v[i])
-            if i:
-                xs.append(relevance_features(forest._vectors[:i + 1], forest._tree_of[:i + 1], i)[:i])
-                ys.append(story[:i] == story[i])
-    return np.concatenate(xs), np.concatenate(ys).astype(np.float32)
+def segmented(path: Path) -> list[list[Turn]]:
+    """The training part of a segmentation file, as ``bench/train_track_decider.py`` splits it."""
+    labelled: list[LabelledDialogue] = load_labelled(path)
+    if path == TIAGE:
+        import json
+
+        sets = [d["set"] for d in json.loads(path.read_text())]
+        labelled = [d for d, s in zip(labelled, sets) if s == "train"]
+    else:
+        labelled = labelled[:round(len(labelled) * 0.7)]
+    return [labelled_turns(d) for d in labelled]
 
 
-def log_loss(p: np.ndarray, y: np.ndarray) -> float:
-    p = np.clip(p, 1e-9, 1 - 1e-9)
-    return float(-np.mean(y * np.log(p) + (1 - y) * np.log(1 - p)))
+def locomo_pairs(conversation: LocomoConversation, embedder: Embedder, cache: EmbeddingCache
+                 ) -> dict[str, tuple[list[np.ndarray], list[np.ndarray]]]:
+    """Per way of asking, each question's features of every turn and its evidence labels."""
+    from chunktree.engine.embedding import embed_texts
+
+    turns, questions = conversation.turns, conversation.questions
+    vectors, _ = embed_texts(turns + [q.text for q in questions], embedder, cache)
+    forest = Forest(embedder)
+    for text, v in zip(turns, vectors):
+        forest._place(text, None, v, v)
+    n = len(turns)
+    out: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {way: ([], []) for way in WAYS}
+    for q, v in zip(questions, vectors[n:]):
+        y = np.zeros(n)
+        y[list(q.evidence)] = 1.0
+        asked = _copy(forest)
+        asked._place(q.text, None, v, v)
+        for way, x in (("turn", features(asked, n)[:n]), ("query", features(forest, None, v, q.text))):
+            out[way][0].append(x)
+            out[way][1].append(y)
+    return out
+
+
+def fit(parts: list[Pairs]) -> tuple[np.ndarray, float]:
+    """Weights and bias on the features' own scale, each part weighing the same."""
+    x = np.concatenate([p[0] for p in parts])
+    y = np.concatenate([p[1] for p in parts])
+    weights = np.concatenate([np.full(len(p[1]), 1.0 / len(p[1])) for p in parts])
+    w, mean, scale = fit_weights(np.c_[np.ones(len(y)), x], y, L2, weights)
+    return w[1:] / scale[1:], float(w[0] - np.sum(w[1:] * mean[1:] / scale[1:]))
+
+
+def recall_at(x: np.ndarray, y: np.ndarray, tokens: np.ndarray, weights: np.ndarray, bias: float, budget: int) -> float:
+    p = x @ weights + bias
+    held = _fill(np.lexsort((-np.arange(len(p)), -p)), tokens, budget)
+    return len(held & set(np.flatnonzero(y).tolist())) / float(y.sum())
 
 
 def main() -> int:
-    for path in SETS.values():
+    for path in (*STITCHED.values(), DIALSEG, TIAGE, LOCOMO):
         if not path.is_file():
             print(f"{path} not found", file=sys.stderr)
             return 1
     embedder, cache = Embedder(), EmbeddingCache()
-    data = {name: pairs(path, embedder, cache) for name, path in SETS.items()}
-    x = np.concatenate([d[0] for d in data.values()])
-    y = np.concatenate([d[1] for d in data.values()])
-    weights = np.concatenate([np.full(len(d[1]), 1.0 / len(d[1])) for d in data.values()])
-    w, mean, scale = fit_weights(np.c_[np.ones(len(y)), x], y, L2, weights)
-    raw = w[1:] / scale[1:]
-    bias = float(w[0] - np.sum(w[1:] * mean[1:] / scale[1:]))
-    fitted = 1.0 / (1.0 + np.exp(-(x @ raw + bias)))
-    losses = {name: {"shipped": log_loss(relevance(d[0]), d[1]),
-                     "fitted": log_loss(1.0 / (1.0 + np.exp(-(d[0] @ raw + bias))), d[1])} for name, d in data.items()}
-    lines = [f"{len(y):,} pairs ({int(y.sum()):,} of one story) from {DIALOGUES} dialogues each of {LENGTHS} turns, "
-             f"first half of {', '.join(p.name for p in SETS.values())}",
-             "RELEVANCE_WEIGHTS = np.array([" + ", ".join(f"{v:.2f}" for v in raw) + "])  # " + ", ".join(RELEVANCE_FEATURES),
-             f"RELEVANCE_BIAS = {bias:.2f}",
-             *(f"{name}: mean log loss, shipped weights {m['shipped']:.4f}, fitted {m['fitted']:.4f}"
-               for name, m in losses.items()),
-             f"all: fitted {log_loss(fitted, y):.4f}"]
+    sources: dict[str, Pairs] = {name: dialogue_pairs(stitched(path), embedder, cache) for name, path in STITCHED.items()}
+    for path in (DIALSEG, TIAGE):
+        sources[path.stem] = dialogue_pairs(segmented(path), embedder, cache)
+    conversations = load_locomo(LOCOMO)
+    locomo = {c.id: locomo_pairs(c, embedder, cache) for c in conversations}
+
+    def locomo_part(ids: list[str]) -> Pairs:
+        xs = [x for i in ids for way in WAYS for x in locomo[i][way][0]]
+        ys = [y for i in ids for way in WAYS for y in locomo[i][way][1]]
+        return np.concatenate(xs), np.concatenate(ys)
+
+    ids = [c.id for c in conversations]
+    validation: dict[str, dict[int, list[float]]] = {way: {b: [] for b in BUDGETS} for way in WAYS}
+    for held, conversation in zip(ids, conversations):
+        weights, bias = fit([*sources.values(), locomo_part([i for i in ids if i != held])])
+        tokens = embedder.count_tokens(conversation.turns)
+        for way in WAYS:
+            for x, y in zip(*locomo[held][way]):
+                for b in BUDGETS:
+                    validation[way][b].append(recall_at(x, y, tokens, weights, bias, b))
+    weights, bias = fit([*sources.values(), locomo_part(ids)])
+    lines = [f"pairs: {', '.join(f'{name} {len(p[1]):,} ({int(p[1].sum()):,} positive)' for name, p in sources.items())}, "
+             f"LoCoMo {sum(len(y) for i in ids for y in locomo[i]['turn'][1]):,} per way of asking "
+             f"({sum(len(locomo[i]['turn'][1]) for i in ids)} questions, {len(ids)} conversations)",
+             "LoCoMo evidence recall, each conversation's questions ranked by the model fitted without it:",
+             "| asked | " + " | ".join(f"{b:,} tokens" for b in BUDGETS) + " |", "|---|" + "---|" * len(BUDGETS),
+             *(f"| {'as the next turn' if way == 'turn' else 'context(query=)'} | "
+               + " | ".join(f"{np.mean(validation[way][b]):.3f}" for b in BUDGETS) + " |" for way in WAYS),
+             "fitted on everything (paste into chunktree/track/context.py):",
+             "RELEVANCE_WEIGHTS = np.array([" + ", ".join(f"{v:.3f}" for v in weights) + "])  # "
+             + ", ".join(RELEVANCE_FEATURES),
+             f"RELEVANCE_BIAS = {bias:.3f}"]
     print("\n".join(lines))
     write("fit_context", title(__doc__, "fit_context"), "python bench/fit_context.py", lines,
-          {"features": list(RELEVANCE_FEATURES), "weights": raw.tolist(), "bias": bias, "l2": L2, "pairs": len(y),
-           "log_loss": losses, "decider": "shipped", "thresholds": Thresholds().__dict__})
+          {"features": list(RELEVANCE_FEATURES), "weights": weights.tolist(), "bias": bias, "l2": L2,
+           "validation": {way: {str(b): float(np.mean(v)) for b, v in by.items()} for way, by in validation.items()},
+           "pairs": {name: len(p[1]) for name, p in sources.items()}})
     return 0
 
 

@@ -1,19 +1,35 @@
 """Which earlier turns the next answer most likely needs: each turn's relevance to the current one.
 
-For every earlier turn ``j`` and the current node ``c``, five features (``RELEVANCE_FEATURES``):
+Retrieval is the floor: every earlier turn is scored as a strong retriever scores it, by its
+dense similarity to the current turn (or to a question about the conversation) and by BM25 over
+their words (``lexical``), each also as a z-score among the earlier turns. The forest adds what
+only it knows: the turns next to a strong match (the question a reply answers, the reply to a
+question: an answer is often spread over them), the current turn's path in its tree (the turns
+it follows on: for a follow-up such as "And how many stretch and folds?" the stretch just before
+it, for a return the turns where its topic was left, for a branch the turn it goes back to), and
+its topic when that topic is a part of the conversation rather than most of it. For every earlier
+turn ``j`` (``RELEVANCE_FEATURES``):
 
-- ``same_tree``: ``j`` is in ``c``'s topic tree;
-- ``in_stretch``: every turn from ``j`` to ``c`` is in that tree (the topic's current stretch,
-  where a follow-up such as "And how many stretch and folds?" finds what it leans on);
-- ``similarity``: the cosine of the two turns' vectors (user and assistant text together);
-- ``log_turns_ago``: ``log(1 + c - j)``;
-- ``tree_fit``: the best similarity of ``c`` to any turn of ``j``'s tree, so that the turns of a
-  topic that was split over several trees come back together.
+- ``similarity``: the cosine of the two vectors (user and assistant text together);
+- ``similarity_z``, ``lexical_z``: the similarity and the BM25 score as z-scores over the earlier
+  turns (how far above the conversation's usual level);
+- ``neighbour_match``: the best match (``max(0, similarity_z + LEXICAL_SHARE * lexical_z)``) among
+  the turns up to ``NEIGHBOURS`` before or after ``j`` and ``j``'s parent in its tree;
+- ``tree_fit``: the best similarity of the current turn to any turn of ``j``'s tree;
+- ``on_path``, ``path_position``: ``j`` is one of the ``PATH`` nearest ancestors of the current
+  turn in its tree, and ``log(k)`` for the k-th of them (recency counts along the path, where it
+  cannot bury a strong older match elsewhere); both 0 for a question that is not a turn;
+- ``path_strong_match``: ``on_path`` times the best match of any earlier turn: a turn whose words
+  and meaning point far back leans less on its path;
+- ``same_topic``: ``j`` is in the current turn's tree, times ``max(0, 1 - 3 * share)`` where
+  ``share`` is the part of the earlier turns that tree holds: a tree that holds a third of the
+  conversation or more says nothing about what a turn needs.
 
-A logistic model (``RELEVANCE_WEIGHTS``, ``RELEVANCE_BIAS``) maps them to the probability that
-``j`` is of the current turn's topic. ``choose`` fills a token budget with the current turn and
-then the most probable turns; without a budget it takes every turn at or above
-``RELEVANCE_KEEP``. Arrays in, arrays out: ``Forest.context`` calls it with its vectors.
+A logistic model (``RELEVANCE_WEIGHTS``, ``RELEVANCE_BIAS``, fitted by ``bench/fit_context.py`` on
+a mix of conversation kinds) maps them to a relevance. ``choose`` fills a token budget with the
+current turn and then the most relevant turns, none below ``RELEVANCE_FLOOR`` (the budget is a
+cap, not a target); without a budget it takes every turn at or above ``RELEVANCE_KEEP``. Arrays
+in, arrays out.
 """
 
 from __future__ import annotations
@@ -22,13 +38,15 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-RELEVANCE_FEATURES = ("same_tree", "in_stretch", "similarity", "log_turns_ago", "tree_fit")
-# Fitted by bench/fit_context.py: a logistic regression of "same story" on these features, over
-# every (earlier turn, turn) pair of 30 dialogues each of 40 and 80 turns stitched from the first
-# half of the CoQA stories and of the SQuAD-Shifts articles, placed by the shipped decider.
-RELEVANCE_WEIGHTS = np.array([2.43, 0.43, 7.86, -0.63, 3.18])
-RELEVANCE_BIAS = -3.49
+RELEVANCE_FEATURES = ("similarity", "similarity_z", "lexical_z", "neighbour_match", "tree_fit", "on_path",
+                      "path_position", "path_strong_match", "same_topic")
+LEXICAL_SHARE = 0.5  # a turn's match: its similarity z-score plus this share of its BM25 z-score
+NEIGHBOURS = 2  # neighbour_match looks this many turns before and after
+PATH = 6  # on_path: this many ancestors of the current turn
+RELEVANCE_WEIGHTS = np.array([0.626, 0.163, 0.059, 0.202, 1.154, 5.389, -0.921, -0.391, 1.743])
+RELEVANCE_BIAS = -3.733
 RELEVANCE_KEEP = 0.5  # without a budget, the context holds every turn at least this relevant
+RELEVANCE_FLOOR = 0.02  # under a budget, no turn less relevant than this
 
 
 @dataclass(frozen=True)
@@ -50,49 +68,87 @@ class Context:
         return asdict(self)
 
 
-def relevance_features(vectors: np.ndarray, tree_of: np.ndarray, current: int) -> np.ndarray:
-    """The ``RELEVANCE_FEATURES`` of every node against node ``current`` (n x 5, float64; the row
-    of ``current`` itself is computed like the others and not used). ``vectors``: the n nodes'
-    unit vectors in turn order; ``tree_of``: each node's tree id."""
-    n = len(vectors)
-    sims = vectors @ vectors[current]
-    same = tree_of == tree_of[current]
-    outside = np.flatnonzero(~same[:current])
-    stretch_start = int(outside[-1]) + 1 if outside.size else 0
-    in_stretch = (np.arange(n) >= stretch_start) & same
-    others = sims.astype(np.float64).copy()
-    others[current] = -np.inf  # the current turn fits its own tree perfectly: leave it out
-    best = np.full(int(tree_of.max()) + 1, -1.0)
-    np.maximum.at(best, tree_of, others)
-    ago = np.log1p(np.abs(current - np.arange(n)))
-    return np.column_stack([same, in_stretch, sims, ago, best[tree_of]]).astype(np.float64)
+def _z(values: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    """``values`` as z-scores over the entries where ``mask`` holds (0 where they do not vary)."""
+    if mask.sum() < 2:
+        return np.zeros(len(values))
+    std = float(values[mask].std())
+    return (values - float(values[mask].mean())) / std if std > 1e-9 else np.zeros(len(values))
+
+
+def relevance_features(sims: np.ndarray, lexical: np.ndarray, tree_of: np.ndarray, parent: np.ndarray,
+                       current: int | None) -> np.ndarray:
+    """The ``RELEVANCE_FEATURES`` of every node (n x 9, float64) against the current node, or,
+    with ``current`` None, against a question that is not a turn. ``sims``: each node's cosine
+    with the current node (or the question); ``lexical``: each node's BM25 score for its words;
+    ``tree_of``: each node's tree id; ``parent``: each node's parent (-1 for a root). The row of
+    ``current`` is computed like the others and not used."""
+    n = len(sims)
+    earlier = np.ones(n, bool)
+    if current is not None:
+        earlier[current] = False
+    sims = sims.astype(np.float64)
+    sim_z, lex_z = _z(sims, earlier), _z(lexical.astype(np.float64), earlier)
+    match = np.where(earlier, np.maximum(0.0, sim_z + LEXICAL_SHARE * lex_z), 0.0)
+    near = np.zeros(n)
+    for d in range(1, NEIGHBOURS + 1):
+        near[d:] = np.maximum(near[d:], match[:-d])
+        near[:-d] = np.maximum(near[:-d], match[d:])
+    rooted = parent >= 0
+    near[rooted] = np.maximum(near[rooted], match[parent[rooted]])
+    best = np.full(int(tree_of.max()) + 1 if n else 0, -1.0)
+    np.maximum.at(best, tree_of, np.where(earlier, sims, -np.inf))  # the current turn fits its own tree: left out
+    on_path, position, same = np.zeros(n), np.zeros(n), np.zeros(n)
+    if current is not None:
+        node, k = int(parent[current]), 1
+        while node >= 0 and k <= PATH:
+            on_path[node], position[node] = 1.0, np.log(k)
+            node, k = int(parent[node]), k + 1
+        mine = tree_of == tree_of[current]
+        share = (mine & earlier).sum() / max(1, int(earlier.sum()))
+        same = mine * max(0.0, 1.0 - 3.0 * share)
+    strongest = float(match.max()) if n else 0.0
+    return np.column_stack([sims, sim_z, lex_z, near, best[tree_of], on_path, position, on_path * strongest,
+                            same]).astype(np.float64)
 
 
 def relevance(features: np.ndarray) -> np.ndarray:
-    """The probability that each row's turn is of the current turn's topic."""
-    return 1.0 / (1.0 + np.exp(-(features @ RELEVANCE_WEIGHTS + RELEVANCE_BIAS)))
+    """The relevance of each row's turn: the probability that the current turn needs it."""
+    return 1.0 / (1.0 + np.exp(-np.clip(features @ RELEVANCE_WEIGHTS + RELEVANCE_BIAS, -60, 60)))
 
 
-def reason(row: np.ndarray, p: float) -> str:
+def reason(row: np.ndarray, p: float, turns_ago: int) -> str:
     """Why a turn is in the context, from its features and relevance."""
-    same, stretch, sim, ago, fit = row
-    where = "this stretch of the topic" if stretch else "this topic" if same else f"another tree (fit {fit:.2f})"
-    turns_ago = round(float(np.expm1(ago)))
-    return f"relevance {p:.2f}: {where}, similarity {sim:.2f}, {turns_ago} turn{'' if turns_ago == 1 else 's'} ago"
+    sim, sim_z, lex_z, near, _, on_path, position, _, same = row
+    parts = [f"similarity {sim:.2f} ({sim_z:+.1f} sd)"]
+    if lex_z >= 1:
+        parts.append(f"shares words ({lex_z:+.1f} sd)")
+    if near >= 2 and near > max(0.0, sim_z + LEXICAL_SHARE * lex_z):
+        parts.append("next to a strong match")
+    if on_path:
+        k = round(float(np.exp(position)))
+        parts.append("the turn it follows" if k == 1 else f"on its path ({k} back)")
+    elif same:
+        parts.append("this topic")
+    parts.append(f"{turns_ago} turn{'' if turns_ago == 1 else 's'} ago")
+    return f"relevance {p:.2f}: " + ", ".join(parts)
 
 
-def choose(p: np.ndarray, tokens: np.ndarray, current: int, budget: int | None) -> list[int]:
-    """The turns of the context, most relevant first: the current turn, then by descending ``p``
-    (ties: the newer first) each turn that still fits ``budget`` (a turn that does not is passed
-    over for smaller ones; none when the current turn alone does not fit); without a budget
-    every turn with ``p >= RELEVANCE_KEEP``."""
-    order = [current, *(j for j in np.lexsort((-np.arange(len(p)), -p)).tolist() if j != current)]
+def choose(p: np.ndarray, tokens: np.ndarray, current: int | None, budget: int | None) -> list[int]:
+    """The turns of the context, most relevant first: the current turn (when there is one), then
+    by descending ``p`` (ties: the newer first) each turn of relevance at least ``RELEVANCE_FLOOR``
+    that still fits ``budget`` (a turn that does not is passed over for smaller ones; none when
+    the current turn alone does not fit); without a budget every turn with ``p >= RELEVANCE_KEEP``."""
+    ranked = [j for j in np.lexsort((-np.arange(len(p)), -p)).tolist() if j != current]
+    order = ranked if current is None else [current, *ranked]
     if budget is None:
         return [j for j in order if j == current or p[j] >= RELEVANCE_KEEP]
-    if int(tokens[current]) > budget:
+    if current is not None and int(tokens[current]) > budget:
         return []
     held, used = [], 0
     for j in order:
+        if j != current and p[j] < RELEVANCE_FLOOR:
+            break
         if used + int(tokens[j]) <= budget:
             held.append(j)
             used += int(tokens[j])

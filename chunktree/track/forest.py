@@ -43,6 +43,7 @@ from chunktree.track.decide import (
     turn_cues,
 )
 from chunktree.track.learned import LearnedDecider, default_decider, tree_features
+from chunktree.track.lexical import LexicalIndex, lexical_tokens
 
 FORMAT, VERSION = "chunktree-forest", 1
 SUMMARY_TOKENS = 24
@@ -313,6 +314,7 @@ class _Tree:
         self.anchor: int = -1
         self.last_turn: int = -1
         self.branches = 1
+        self.stretch = 0  # the turns of its latest stretch (turns in a row in this tree)
 
     @property
     def rows(self) -> np.ndarray:
@@ -377,6 +379,8 @@ class Forest:
         self.current: int | None = None  # the current node
         self._vectors = np.zeros((16, self.embedder.dim), np.float32)  # row = node id
         self._tree_of = np.zeros(16, np.int64)  # each node's tree
+        self._parent = np.zeros(16, np.int64)  # each node's parent, -1 for a root
+        self._lexical = LexicalIndex()  # each node's words (user and assistant), for BM25
         self._tokens: list[int] = []  # each node's tokens as context messages (user + assistant)
 
     # -- placing turns -------------------------------------------------------------------------
@@ -442,7 +446,8 @@ class Forest:
             mean = tree.sum / max(float(np.linalg.norm(tree.sum)), 1e-12)
             overlap = len(turn_words & tree.words) / max(1, len(turn_words))
             base.append((sims[tree.anchor], recent_sim, sims[top], mean @ v, np.log1p(len(rows)),
-                         np.log1p(n - tree.last_turn), np.log1p(len(turn_words)), overlap, connective, anaphor))
+                         np.log1p(n - tree.last_turn), np.log1p(len(turn_words)), overlap, connective, anaphor,
+                         np.log1p(tree.stretch)))
             means.append(mean)
             anchors.append(self._vectors[tree.anchor])
         if not features:
@@ -520,8 +525,14 @@ class Forest:
         if node.id == len(self._vectors):
             self._vectors = np.concatenate([self._vectors, np.zeros_like(self._vectors)])
             self._tree_of = np.concatenate([self._tree_of, np.zeros_like(self._tree_of)])
+            self._parent = np.concatenate([self._parent, np.zeros_like(self._parent)])
+        tree = self.trees[node.tree]
+        tree.stretch = tree.stretch + 1 if node.id and self._tree_of[node.id - 1] == node.tree else 1
         self._vectors[node.id], self._tree_of[node.id] = vector, node.tree
-        self.trees[node.tree].append(node.id, vector, topic_words(" ".join(_texts(node))))
+        self._parent[node.id] = -1 if node.parent is None else node.parent
+        whole = " ".join(_texts(node))
+        self.trees[node.tree].append(node.id, vector, topic_words(whole))
+        self._lexical.add(lexical_tokens(whole))
 
     # -- summaries and context -----------------------------------------------------------------
 
@@ -553,34 +564,45 @@ class Forest:
         first, last = self.nodes[tree.node_ids[0]].summary, self.nodes[tree.anchor].summary
         return first if first == last else f"{first} … {last}"
 
-    def context(self, budget_tokens: int | None = None) -> Context:
-        """The context for the next turn.
+    def context(self, budget_tokens: int | None = None, *, query: str | None = None) -> Context:
+        """The context for the next turn, or, with ``query``, for a question about the
+        conversation that is not itself a turn of it (nothing is added to the forest).
 
-        The turns the next answer most likely needs, verbatim, as user and assistant messages in
-        the order of the conversation, after one system message listing every other topic and
-        every branch of the current topic off its path, one line each, most recent first. Each
-        earlier turn gets a relevance (``context.relevance``): the probability that it is of the
-        current turn's topic, from its tree, whether it is in the topic's current stretch, its
-        similarity to the current turn, how long ago it was, and how well its tree fits the
-        current turn (so a topic split over several trees is taken whole). Without a budget the
-        context holds the current turn and every turn at least ``RELEVANCE_KEEP`` relevant;
-        under one, the current turn and then the most relevant turns that fit; the lines take
-        what is left, most recent first. Each text is counted once: the cost grows with the
-        number of turns, not its square.
+        The turns the answer most likely needs, verbatim, as user and assistant messages in the
+        order of the conversation, after one system message listing every other topic and every
+        branch of the current topic off its path, one line each, most recent first. Each earlier
+        turn gets a relevance (``context.relevance``) from what a retriever sees, its similarity
+        to the current turn (or the query) and the words they share (BM25), and what the forest
+        knows: the turns beside a strong match, the topic's current stretch and how recent a turn
+        of it is, how well the turn's tree fits. Without a budget the context holds the current
+        turn and every turn at least ``RELEVANCE_KEEP`` relevant; under one, the current turn and
+        then the most relevant turns that fit, none below ``RELEVANCE_FLOOR``; the lines take what
+        is left, most recent first. The cost grows with the number of turns, not its square.
         """
         if budget_tokens is not None:
             integer(budget_tokens, "budget_tokens", 1)
-        if self.current is None:
+        if query is not None:
+            text(query, "query")
+        if not self.nodes:
             return Context([], 0, [], False, [], [])
         n = len(self.nodes)
-        features = relevance_features(self._vectors[:n], self._tree_of[:n], self.current)
+        if query is None:
+            current: int | None = self.current
+            assert current is not None
+            v, words = self._vectors[current], lexical_tokens(" ".join(_texts(self.nodes[current])))
+        else:
+            current, words = None, lexical_tokens(query)
+            v = embed_texts([query], self.embedder, self.cache)[0][0]
+        features = relevance_features(self._vectors[:n] @ v, self._lexical.scores(words), self._tree_of[:n],
+                                      self._parent[:n], current)
         p = relevance(features)
-        p[self.current] = 1.0
+        if current is not None:
+            p[current] = 1.0
         tokens = np.array(self._tokens)
-        turns = sorted(choose(p, tokens, self.current, budget_tokens))
+        turns = sorted(choose(p, tokens, current, budget_tokens))
         used = int(tokens[turns].sum())
         budget = budget_tokens if budget_tokens is not None else sys.maxsize
-        lines = self._topic_lines(set(self._path(self.current)))
+        lines = self._topic_lines(set(self._path(current)) if current is not None else set(), current)
         system: list[dict[str, str]] = []
         shown = 0
         if lines:
@@ -597,16 +619,21 @@ class Forest:
         left_out = p >= RELEVANCE_KEEP
         left_out[turns] = False
         cut = bool(left_out.any()) or shown < len(lines)
-        why = ["the current turn" if j == self.current else reason(features[j], float(p[j])) for j in turns]
+        last = n - 1 if current is None else current
+        why = ["the current turn" if j == current else reason(features[j], float(p[j]), last - j + (current is None))
+               for j in turns]
         messages = system + [m for j in turns for m in self._messages(j)]
         return Context(messages, used, turns, cut, [round(float(p[j]), 4) for j in turns], why)
 
-    def _topic_lines(self, on_path: set[int]) -> list[str]:
-        """One line per other topic, most recently visited first, then one per branch of the
-        current topic that is not on the path, newest first."""
-        cur = self.nodes[self.current].tree if self.current is not None else -1
+    def _topic_lines(self, on_path: set[int], current: int | None) -> list[str]:
+        """One line per topic other than the current node's (every topic without one), most
+        recently visited first, then one per branch of the current topic that is not on the
+        path, newest first."""
+        cur = self.nodes[current].tree if current is not None else -1
         lines = [f"- topic {tree.id}: {self._tree_line(tree)}"
                  for tree in sorted(self.trees, key=lambda tr: -tr.last_turn) if tree.id != cur]
+        if cur < 0:
+            return lines
         leaves = [n for n in self.trees[cur].node_ids if not self.nodes[n].children and n not in on_path]
         return lines + [f"- branch of this topic: {self.nodes[leaf].summary}" for leaf in sorted(leaves, reverse=True)]
 

@@ -31,9 +31,10 @@ import numpy as np
 
 from chunktree.checks import ChunktreeError, InvalidValueError
 
-FEATURES_VERSION = 2
+FEATURES_VERSION = 3
 BASE_FEATURES = ("anchor_similarity", "recent_similarity", "best_similarity", "mean_similarity", "log_tree_size",
-                 "log_turns_since", "log_content_words", "word_overlap", "opens_with_connective", "refers_back")
+                 "log_turns_since", "log_content_words", "word_overlap", "opens_with_connective", "refers_back",
+                 "log_stretch")
 DEFAULT_THRESHOLD = 0.5
 
 
