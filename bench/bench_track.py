@@ -13,8 +13,12 @@ appended to the journal, the file rewritten after as many turns as it holds) aga
 conversation of 100 and of 10,000 turns (HTTP, embedding, decision and the journal save), 130 turns
 each after one untimed turn that loads the conversation.
 
+The context for the next turn, ``Forest.context(1024)``, after conversations of 300, 3,000 and
+10,000 turns (dense and BM25 scores of every earlier turn, the path, the topic lines).
+
 Goals (reported, not asserted): p50 <= 1 ms per decision at 1,000 turns, embedding excluded; a
-turn, and its save, at 10,000 turns within 2x of one at 100.
+turn (``add``) at 3,000 turns within 2.5x of one at 300, and at 10,000 within 2x of one at 100;
+its save at 10,000 turns within 2x of one at 100; the context at 3,000 turns under 50 ms.
 """
 
 import time
@@ -82,10 +86,26 @@ def test_decision_distinct_topics(results, embedder, n):
     timed_turns(results, embedder, n, "distinct", lambda f, i, v, t: f._place(t[i], None, v[i], v[i]), True)
 
 
-@pytest.mark.parametrize("n", (100, 10000))
+@pytest.mark.parametrize("n", (100, 300, 3000, 10000))
 def test_add_with_embedding(results, embedder, n):
     timed_turns(results, embedder, n, "add",
                 lambda f, i, v, t: f.add(f"A new question number {i} about the whale and the ship?", "An answer."))
+
+
+@pytest.mark.parametrize("n", (300, 3000, 10000))
+def test_context(results, embedder, n):
+    """``Forest.context(1024)`` after each of TIMED more turns."""
+    vectors, texts = conversation(n)
+    forest = Forest(embedder)
+    for i in range(n):
+        forest._place(texts[i], None, vectors[i], vectors[i])
+    times = []
+    for i in range(n, n + TIMED):
+        forest._place(texts[i], None, vectors[i], vectors[i])
+        t0 = time.perf_counter()
+        forest.context(1024)
+        times.append(time.perf_counter() - t0)
+    results["track"][("context", n)] = (float(np.median(times)), float(np.percentile(times, 99)), len(forest.trees))
 
 
 @pytest.mark.parametrize("n", (100, 10000))
@@ -146,7 +166,8 @@ def _report(results):
     for (kind, n), (p50, p99, trees) in sorted(r.items(), key=lambda kv: (kv[0][0], kv[0][1])):
         what = {"decision": "decision, embedding excluded", "distinct": "decision, every turn a new topic",
                 "add": "add(), embedding included", "save_turn": "save_turn() (journal), mean",
-                "save": "save() (whole file), mean", "service": "service turn over loopback"}[kind]
+                "save": "save() (whole file), mean", "service": "service turn over loopback",
+                "context": "context(1024)"}[kind]
         middle = "mean" if kind.startswith("save") else "p50"
         lines.append(f"track {what:30s} at {n:>5} turns: {middle} {p50 * 1e3:.2f} ms, p99 {p99 * 1e3:.2f} ms "
                      f"({trees} trees)")

@@ -4,7 +4,8 @@ conversation kinds, and validate them on conversations kept out of the fit.
     python bench/fit_context.py   # needs ../shared/data (CoQA, SQuAD-Shifts, DialSeg711, TIAGE, LoCoMo)
 
 Pairs (an earlier turn, the turn or question that needs the context), each with the
-``RELEVANCE_FEATURES`` and a label, from five sources that weigh the same in the fit:
+``RELEVANCE_FEATURES`` and a label, from two kinds of conversation that weigh the same in the fit,
+short dialogues (four sources, a quarter each) and long ones (LoCoMo):
 
 - stitched CoQA and SQuAD-Shifts dialogues (30 each of 40 and 80 turns, from the first half of
   the stories, the half ``chunktree eval-track`` does not use), placed turn by turn by the
@@ -117,11 +118,14 @@ def locomo_pairs(conversation: LocomoConversation, embedder: Embedder, cache: Em
     return out
 
 
-def fit(parts: list[Pairs]) -> tuple[np.ndarray, float]:
-    """Weights and bias on the features' own scale, each part weighing the same."""
+def fit(short: list[Pairs], long: Pairs) -> tuple[np.ndarray, float]:
+    """Weights and bias on the features' own scale: the short dialogues' sources weigh the same
+    as each other, and together as much as the long conversations."""
+    parts = [*short, long]
     x = np.concatenate([p[0] for p in parts])
     y = np.concatenate([p[1] for p in parts])
-    weights = np.concatenate([np.full(len(p[1]), 1.0 / len(p[1])) for p in parts])
+    shares = [1.0 / len(short)] * len(short) + [1.0]
+    weights = np.concatenate([np.full(len(p[1]), share / len(p[1])) for p, share in zip(parts, shares)])
     w, mean, scale = fit_weights(np.c_[np.ones(len(y)), x], y, L2, weights)
     return w[1:] / scale[1:], float(w[0] - np.sum(w[1:] * mean[1:] / scale[1:]))
 
@@ -152,13 +156,13 @@ def main() -> int:
     ids = [c.id for c in conversations]
     validation: dict[str, dict[int, list[float]]] = {way: {b: [] for b in BUDGETS} for way in WAYS}
     for held, conversation in zip(ids, conversations):
-        weights, bias = fit([*sources.values(), locomo_part([i for i in ids if i != held])])
+        weights, bias = fit(list(sources.values()), locomo_part([i for i in ids if i != held]))
         tokens = embedder.count_tokens(conversation.turns)
         for way in WAYS:
             for x, y in zip(*locomo[held][way]):
                 for b in BUDGETS:
                     validation[way][b].append(recall_at(x, y, tokens, weights, bias, b))
-    weights, bias = fit([*sources.values(), locomo_part(ids)])
+    weights, bias = fit(list(sources.values()), locomo_part(ids))
     lines = [f"pairs: {', '.join(f'{name} {len(p[1]):,} ({int(p[1].sum()):,} positive)' for name, p in sources.items())}, "
              f"LoCoMo {sum(len(y) for i in ids for y in locomo[i]['turn'][1]):,} per way of asking "
              f"({sum(len(locomo[i]['turn'][1]) for i in ids)} questions, {len(ids)} conversations)",

@@ -282,6 +282,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="text; json: decisions, forest and context per conversation; jsonl: one decision per line")
     p.add_argument("--budget-tokens", type=_int(1), default=None,
                    help="print the context the last turn of each conversation would get, within N tokens")
+    p.add_argument("--query", default=None, metavar="TEXT",
+                   help="print the context for this question about each conversation instead (it is not added "
+                        "as a turn); with --budget-tokens, within N tokens")
     p.add_argument("--save", type=Path, default=None, metavar="FOLDER",
                    help="write each conversation's forest to FOLDER/<conversation>.json (a conversation id: "
                         "1-64 letters, digits, '-' or '_')")
@@ -294,7 +297,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_force(p)
     p.set_defaults(func=cmd_track)
 
-    p = sub.add_parser("eval-track", help="measure the topic forest on segmentation benchmarks or stitched CoQA",
+    p = sub.add_parser("eval-track", help="measure the topic forest on segmentation benchmarks, stitched CoQA, LoCoMo",
                        description="DATA is a segmentation file (DialSeg711, TIAGE, SuperDialseg: a JSON list of "
                                    "dialogues with 'utterances' and 'segments'): Pk, WindowDiff and boundary F1 under the "
                                    "SuperDialseg protocol against the threshold rule, random and even baselines; or a "
@@ -302,8 +305,15 @@ def build_parser() -> argparse.ArgumentParser:
                                    "assignment, boundaries, return accuracy and context against baselines; or a JSONL "
                                    "file of chats with a 'topic' per turn (as train-track reads them): each chat as "
                                    "written, the share of turns placed as labelled, boundaries and returns against the "
-                                   "threshold rule. 95%% intervals over dialogues.")
+                                   "threshold rule; or a LoCoMo file (long conversations with questions and the ids of "
+                                   "the utterances that hold each answer): the share of each question's evidence the "
+                                   "context holds at each budget, against dense, BM25, hybrid and last-N retrieval. "
+                                   "95%% intervals over dialogues (LoCoMo: over conversations).")
     p.add_argument("data", type=Path, metavar="DATA")
+    p.add_argument("--data", dest="kind", choices=("auto", "segmentation", "stitched", "chats", "locomo"), default="auto",
+                   help="what DATA holds (default: told from the file)")
+    p.add_argument("--budgets", type=_int(1), nargs="+", default=[256, 512, 1024, 2048, 4096],
+                   help="LoCoMo: the context budgets in tokens (default %(default)s)")
     p.add_argument("--dialogues", type=_int(1), default=30, help="stitched dialogues per length (default %(default)s)")
     p.add_argument("--lengths", type=_int(2), nargs="+", default=[20, 40, 80], help="turns per stitched dialogue")
     p.add_argument("--seed", type=_int(0), default=0, help="seed of the stitching (default %(default)s)")
@@ -858,14 +868,15 @@ def cmd_track(args: argparse.Namespace) -> int:
                 where = "a new tree" if d.parent is None else f"after #{d.parent}"
                 print(f"[{name}] turn {index}: {d.action} -> topic {d.tree}, {where} ({d.rule}"
                       f"{'; fit ' + fits if fits else ''}){' [LLM asked]' if d.llm else ''}")
-        context = forest.context(args.budget_tokens) if args.budget_tokens is not None else None
+        context = (forest.context(args.budget_tokens, query=args.query)
+                   if args.budget_tokens is not None or args.query is not None else None)
         if args.save is not None:
             forest.save(files[name])
         if args.format == "text":
             print(forest.show())
             if context is not None:
-                print(f"context for the next turn: {context.tokens} tokens, {len(context.turns)} turns verbatim"
-                      f"{', cut to the budget' if context.cut else ''}")
+                print(f"context for {'the question' if args.query is not None else 'the next turn'}: {context.tokens} "
+                      f"tokens, {len(context.turns)} turns verbatim{', cut to the budget' if context.cut else ''}")
                 for node, why in zip(context.turns, context.why):
                     print(f"  #{node}: {why}")
                 for m in context.messages:
@@ -880,20 +891,28 @@ def cmd_track(args: argparse.Namespace) -> int:
 def cmd_eval_track(args: argparse.Namespace) -> int:
     from chunktree.track.data import load_labelled, load_segmentation, sniff
     from chunktree.track.evaluate import calibrate, evaluate, evaluate_chats, format_chats, format_report
+    from chunktree.track.locomo import evaluate_locomo, format_locomo, load_locomo
     from chunktree.track.segmentation import evaluate_segmentation, format_segmentation
 
     if args.json is not None:
         _check_output(args, args.json, "--json")
-    segmentation, chats = sniff(args.data) == "segmentation", args.data.suffix == ".jsonl"
-    if args.calibrate and (segmentation or chats):
-        raise InvalidValueError(f"--calibrate searches the threshold rule on CoQA; for "
-                                f"{'a segmentation file' if segmentation else 'chats'}, fit a decider with "
-                                "'chunktree train-track'")
-    if segmentation:
+    kind = sniff(args.data) if args.kind == "auto" else args.kind
+    if kind == "other":
+        kind = "chats" if args.data.suffix == ".jsonl" else "stitched"
+    if args.calibrate and kind != "stitched":
+        raise InvalidValueError(f"--calibrate searches the threshold rule on CoQA; for {kind} data, fit a decider "
+                                "with 'chunktree train-track'")
+    if kind == "locomo":
+        conversations = load_locomo(args.data)  # the whole file checked before any work
+        result = evaluate_locomo(conversations, embedder=_embedder(args), cache=_open_cache(args),
+                                 budgets=tuple(args.budgets), decider=args.decider, seed=args.seed,
+                                 progress=_progress(args))
+        print(format_locomo(result, kind_budget=1024 if 1024 in args.budgets else args.budgets[0]))
+    elif kind == "segmentation":
         result = evaluate_segmentation(load_segmentation(args.data), _embedder(args), _open_cache(args),
                                        decider=args.decider, seed=args.seed, progress=_progress(args))
         print(format_segmentation(result))
-    elif chats:
+    elif kind == "chats":
         result = evaluate_chats(load_labelled(args.data), embedder=_embedder(args), cache=_open_cache(args),
                                 decider=args.decider, seed=args.seed, progress=_progress(args))
         print(format_chats(result))

@@ -20,6 +20,7 @@ import numpy as np
 
 from chunktree.checks import InvalidValueError, json_loads
 from chunktree.track.forest import read_dialogue
+from chunktree.track.locomo import is_locomo
 
 
 @dataclass(frozen=True)
@@ -106,11 +107,13 @@ def is_segmentation_file(data: Any) -> bool:
 
 
 def sniff(path: str | Path) -> str:
-    """``"segmentation"`` when the file at ``path`` is a segmentation file, else ``"other"``."""
+    """``"segmentation"`` when the file at ``path`` is a segmentation file, ``"locomo"`` when it is
+    a LoCoMo file (``locomo.is_locomo``), else ``"other"``."""
     try:
-        return "segmentation" if is_segmentation_file(json_loads(Path(path).read_text(encoding="utf-8"))) else "other"
+        data = json_loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         return "other"
+    return "segmentation" if is_segmentation_file(data) else "locomo" if is_locomo(data) else "other"
 
 
 def load_segmentation(path: str | Path) -> list[SegmentedDialogue]:

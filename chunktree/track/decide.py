@@ -189,10 +189,52 @@ def _inside(c: Candidate, action: str, rule: str, uncertain: bool, current: int,
 
 # The learned decider asks the LLM judge, when there is one, within this of its threshold.
 LEARNED_UNCERTAIN = 0.1
+# A strong match: when the network keeps a turn in the current tree, an earlier turn of another tree
+# whose match with it (its similarity z-score plus half its BM25 z-score among all earlier turns,
+# ``context.match``) passes what chance gives among as many turns (``Match.chance``) by STRONG_MATCH,
+# and the current tree's best match by STRONG_MARGIN, takes it to that tree if the network gives
+# that tree at least STRONG_PROBABILITY. Chosen by bench/fit_strong_match.py on the first half of
+# the stitched stories and the training part of DialSeg711 and TIAGE.
+STRONG_MATCH = 1.0
+STRONG_MARGIN = 1.0
+STRONG_PROBABILITY = 0.1
+
+
+@dataclass(frozen=True)
+class Match:
+    """The new turn's strongest match among the earlier turns: its tree and node, how strong it is,
+    the strongest match inside the current tree, and the strongest expected by chance
+    (``sqrt(2 ln n)`` for n earlier turns, the usual maximum of n standard normal values)."""
+
+    tree: int
+    node: int
+    strength: float
+    current: float
+    chance: float
 
 
 def decide_learned(candidates: list[Candidate], current: int | None, path_recent: set[int], t: Thresholds,
-                   threshold: float, return_similarity: float | None, announce: str | None = None) -> Placement:
+                   threshold: float, return_similarity: float | None, announce: str | None = None,
+                   match: Match | None = None) -> Placement:
+    """``_network_rule``, then a strong match (``match``, ``STRONG_MATCH``) may take a turn that the
+    network keeps in the current tree to the tree of that match: words and meaning shared with one
+    earlier turn name a subject more surely than a likeness to a whole tree ("When should I pick
+    the tomatoes?" after a talk about guitars)."""
+    placement = _network_rule(candidates, current, path_recent, t, threshold, return_similarity, announce)
+    if (match is None or current is None or announce is not None or placement.tree != current
+            or match.tree == current or match.strength < match.chance + STRONG_MATCH
+            or match.strength - match.current < STRONG_MARGIN):
+        return placement
+    target = next((c for c in candidates if c.tree == match.tree), None)
+    if target is None or (target.probability or 0.0) < STRONG_PROBABILITY:
+        return placement
+    why = (f"turn {match.node} of topic {match.tree} matches it strongly ({match.strength:.1f}; the current "
+           f"topic's best {match.current:.1f}; p {target.probability:.2f})")
+    return _inside(target, "switch", why, False, current, path_recent, t)
+
+
+def _network_rule(candidates: list[Candidate], current: int | None, path_recent: set[int], t: Thresholds,
+                  threshold: float, return_similarity: float | None, announce: str | None = None) -> Placement:
     """The learned rule: ``candidates`` sorted by probability, most probable first. The most
     probable tree takes the turn (continue, or switch to it). When no tree reaches ``threshold``,
     the turn returns to the other tree that fits it best if that fit reaches ``return_similarity``,

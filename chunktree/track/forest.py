@@ -28,11 +28,12 @@ from chunktree.engine.cache import EmbeddingCache
 from chunktree.engine.embedding import embed_texts
 from chunktree.engine.inputs import default_embedder
 from chunktree.engine.results import dumps
-from chunktree.track.context import RELEVANCE_KEEP, Context, choose, reason, relevance, relevance_features
+from chunktree.track.context import RELEVANCE_KEEP, Context, choose, match, reason, relevance, relevance_features
 from chunktree.track.decide import (
     Candidate,
     Decision,
     LLMJudge,
+    Match,
     Placement,
     Thresholds,
     announced,
@@ -412,7 +413,8 @@ class Forest:
         recent = set(self._path(self.current, t.recent)) if self.current is not None else set()
         if self.decider is not None:
             placement = decide_learned(candidates, current_tree, recent, t, self.decider.threshold,
-                                       self.decider.return_similarity, announced(user))
+                                       self.decider.return_similarity, announced(user),
+                                       self._strongest(v, user, current_tree))
         else:
             placement = decide(candidates, current_tree, words, recent, t)
         llm = None
@@ -455,6 +457,18 @@ class Forest:
         is_current = np.array([tree_id == current_tree for tree_id in chosen])
         return candidates, tree_features(v, np.array(base, np.float32), is_current, np.array(means, np.float32),
                                          np.array(anchors, np.float32))
+
+    def _strongest(self, v: np.ndarray, user: str, current_tree: int | None) -> Match | None:
+        """The earlier turn that the turn (vector ``v``, text ``user``) matches best, as the context
+        ranks matches (``context.match``), and the best match inside the current tree."""
+        n = len(self.nodes)
+        if current_tree is None or n < 2:
+            return None
+        strength = match(self._vectors[:n] @ v, self._lexical.scores(lexical_tokens(user)), np.ones(n, bool))
+        best = int(np.argmax(strength))
+        inside = strength[self._tree_of[:n] == current_tree]
+        return Match(int(self._tree_of[best]), best, float(strength[best]), float(inside.max()) if inside.size else 0.0,
+                     float(np.sqrt(2 * np.log(n))))
 
     def features(self, v: np.ndarray, user: str) -> tuple[list[Candidate], np.ndarray]:
         """How the turn (vector ``v``, text ``user``) fits each shortlisted tree, and the learned

@@ -61,7 +61,7 @@ class LexicalIndex:
 
     def scores(self, tokens: list[str]) -> np.ndarray:
         """Each document's BM25 score for the query ``tokens`` (float64, one per document; 0 for
-        a document that shares no stem with it)."""
+        a document that shares no stem with it); a stem the query repeats counts as often."""
         n = len(self._lengths)
         out = np.zeros(n)
         if not n:
@@ -69,12 +69,12 @@ class LexicalIndex:
         # copies, not views: a view would stop ``add`` from growing the arrays (BufferError)
         lengths = np.array(self._lengths, dtype=np.float64)
         norm = K1 * (1 - B + B * lengths / max(float(lengths.mean()), 1e-9))
-        for stem in set(tokens):
+        for stem, times in Counter(tokens).items():
             posting = self._postings.get(stem)
             if posting is None:
                 continue
             ids = np.array(posting[0], dtype=np.int64)
             counts = np.array(posting[1], dtype=np.float64)
             idf = math.log(1 + (n - ids.size + 0.5) / (ids.size + 0.5))
-            out[ids] += idf * counts * (K1 + 1) / (counts + norm[ids])
+            out[ids] += times * idf * counts * (K1 + 1) / (counts + norm[ids])
         return out

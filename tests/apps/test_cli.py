@@ -393,6 +393,13 @@ def test_track_prints_decisions_the_forest_and_the_context(tmp_path, cli):
     rows = [loads(line) for line in r.stdout.splitlines()]
     assert [(row["conversation"], row["action"]) for row in rows] == [
         ("default", "new_topic"), ("default", "continue"), ("default", "new_topic"), ("other", "new_topic")]
+    # a question about each conversation, not added to it
+    r = cli("track", path, "--format", "json", "--no-cache", "--decider", "thresholds", "--query", "What did Ahab hunt?",
+            "--budget-tokens", 200)
+    default = loads(r.stdout)["conversations"]["default"]
+    context = default["context"]
+    assert len(default["forest"]["nodes"]) == 3 and "the current turn" not in context["why"]
+    assert max(zip(context["relevance"], context["turns"]))[1] == 0  # the whale turn is the most relevant
 
 
 def test_track_names_a_bad_line_before_any_work(tmp_path, cli):

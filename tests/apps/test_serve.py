@@ -610,6 +610,13 @@ def test_conversations_place_turns_as_the_library_does(embedder):
         assert forest["turns"] == 4 and forest["tree"] == local.show() and "vectors" not in forest["forest"]
         ctx = HTTP.get(s.url + "/v1/conversations/c1/context", params={"budget_tokens": 30}).json()["context"]
         assert ctx == local.context(30).to_dict()
+        question = "What did Ahab hunt?"  # asked about the conversation, not added to it
+        asked = HTTP.get(s.url + "/v1/conversations/c1/context", params={"budget_tokens": 60, "query": question})
+        posted = HTTP.post(s.url + "/v1/conversations/c1/context", json={"budget_tokens": 60, "query": question})
+        assert asked.json()["context"] == posted.json()["context"] == local.context(60, query=question).to_dict()
+        assert HTTP.get(s.url + "/v1/conversations/c1").json()["turns"] == 4
+        blank = HTTP.post(s.url + "/v1/conversations/c1/context", json={"query": " "})
+        assert blank.status_code == 422 and blank.json()["error"]["param"] == "query"
         assert HTTP.delete(s.url + "/v1/conversations/c1").json() == {"id": "c1", "deleted": True}
         gone = HTTP.get(s.url + "/v1/conversations/c1")
         assert gone.status_code == 404 and gone.json()["error"]["code"] == "conversation_not_found"

@@ -49,9 +49,11 @@ def _tokens_of(embedder, c):
     return sum(len(embedder.tokenizer.encode(m["content"], add_special_tokens=False).ids) for m in c.messages)
 
 
-def test_context_holds_the_relevant_turns_verbatim_plus_one_line_per_other_topic(embedder, forest):
+def test_context_holds_the_relevant_turns_verbatim_plus_one_line_per_other_topic(embedder, forest, monkeypatch):
+    from chunktree.track import context
     from chunktree.track.context import RELEVANCE_KEEP
 
+    monkeypatch.setattr(context, "RELEVANCE_FLOOR", 0.0)  # room for every turn holds every turn
     f, _ = forest
     c = f.context()
     system, *turns = c.messages
@@ -70,7 +72,10 @@ def test_context_holds_the_relevant_turns_verbatim_plus_one_line_per_other_topic
     assert all(w.startswith("relevance ") for n, w in zip(everything.turns, everything.why) if n != 5)
 
 
-def test_under_a_budget_the_current_turn_then_the_most_relevant_that_fit(embedder, forest):
+def test_under_a_budget_the_current_turn_then_the_most_relevant_that_fit(embedder, forest, monkeypatch):
+    from chunktree.track import context
+
+    monkeypatch.setattr(context, "RELEVANCE_FLOOR", 0.0)  # the floor: test_lexical
     f, _ = forest
     everything = f.context(budget_tokens=10_000)
     p = dict(zip(everything.turns, everything.relevance))
@@ -496,3 +501,25 @@ def test_a_damaged_journal_line_is_named(embedder, forest, tmp_path, line):
     (tmp_path / "c.json.journal").write_text(line + "\n")
     with pytest.raises(ForestFileError, match=r"c\.json: not a readable forest file"):
         Forest.load(tmp_path / "c.json", embedder)
+
+
+FOUR_SUBJECTS = Path(__file__).resolve().parents[1] / "fixtures" / "four_subjects.jsonl"
+
+
+def test_a_chat_of_four_subjects_with_unannounced_returns(embedder):
+    """tests/fixtures/four_subjects.jsonl: 22 turns about tomatoes, Lisbon, a dripping faucet and a
+    guitar, each subject coming back without saying so. A return that names its subject resumes
+    its tree, by the network's choice or by a strong match with an earlier turn ("When should I
+    pick the tomatoes?" after two guitar turns). Not every return is placed: see docs/track.md,
+    Limits."""
+    turns = [json.loads(line) for line in FOUR_SUBJECTS.read_text().splitlines()]
+    f = Forest(embedder)
+    decisions = [f.add(t["user"], t["assistant"]) for t in turns]
+    tree_of = {t["topic"]: d.tree for t, d in zip(turns, decisions)}  # each subject's latest tree
+    first = {}
+    for t, d in zip(turns, decisions):
+        first.setdefault(t["topic"], d.tree)
+    assert len(set(first.values())) == 4  # each subject opens a tree of its own
+    assert decisions[14].tree == first["lisbon"] and decisions[16].tree == first["faucet"]  # returns
+    assert decisions[20].tree == first["tomatoes"] and "matches it strongly" in decisions[20].rule
+    assert tree_of["tomatoes"] == first["tomatoes"]

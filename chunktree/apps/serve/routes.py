@@ -15,7 +15,9 @@ embedded once, by any endpoint or by the CLI with the same cache and model, is n
     POST /v1/conversations/{id}/turns   ``user`` (+ ``assistant``, ``budget_tokens``, ``turn``): the
                                         decision and the context for the next turn
     GET  /v1/conversations/{id}         the forest (without vectors) and its indented tree
-    GET  /v1/conversations/{id}/context ``?budget_tokens=N``
+    GET  /v1/conversations/{id}/context ``?budget_tokens=N`` (+ ``query``: a question about the
+                                        conversation that is not a turn of it)
+    POST /v1/conversations/{id}/context ``budget_tokens``, ``query`` in a JSON body
     DELETE /v1/conversations/{id}
     GET  /health         200 once the model is loaded and warmed up, 503 before
     GET  /metrics        Prometheus text
@@ -209,6 +211,27 @@ def _budget(value: Any) -> int | None:
     return value
 
 
+def _check_text(service: Service, value: str | None, name: str) -> None:
+    """A text field within ``max_chars`` and of valid Unicode, else 422 naming it."""
+    if value is not None and len(value) > service.limits.max_chars:
+        raise HTTPError(422, f"'{name}' has {len(value)} characters; the limit is max_chars={service.limits.max_chars}",
+                        name)
+    try:
+        unicode(value or "", f"'{name}'")
+    except InvalidValueError as exc:
+        raise HTTPError(422, str(exc), name) from None
+
+
+def _query(service: Service, value: Any) -> str | None:
+    """``query``: None, or a non-empty string the service can embed."""
+    if value is None:
+        return None
+    if not isinstance(value, str) or not value.strip():
+        raise HTTPError(422, f"'query' must be a non-empty string; got {value!r:.80}", "query")
+    _check_text(service, value, "query")
+    return value
+
+
 async def create_conversation(service: Service, body: dict[str, Any], params: dict[str, str]) -> Any:
     conversation_id = optional_field(body, "id", str, None)
     conversation_id, _ = service.conversations.create(conversation_id, lambda: _forest(service))
@@ -223,13 +246,7 @@ async def add_turn(service: Service, body: dict[str, Any], params: dict[str, str
         raise HTTPError(422, "'user' must be a non-empty string", "user")
     assistant = optional_field(body, "assistant", str, None)
     for name, value in (("user", user), ("assistant", assistant)):
-        if value is not None and len(value) > service.limits.max_chars:
-            raise HTTPError(422, f"'{name}' has {len(value)} characters; the limit is "
-                                 f"max_chars={service.limits.max_chars}", name)
-        try:
-            unicode(value or "", f"'{name}'")
-        except InvalidValueError as exc:
-            raise HTTPError(422, str(exc), name) from None
+        _check_text(service, value, name)
     budget = _budget(body.get("budget_tokens"))
     expected = optional_field(body, "turn", int, None)
     conversations = service.conversations
@@ -283,12 +300,40 @@ async def get_conversation(service: Service, body: dict[str, Any], params: dict[
         return await asyncio.get_running_loop().run_in_executor(None, read)
 
 
+async def _context(service: Service, conversation_id: str, budget: int | None, query: str | None) -> Any:
+    """The context for the next turn, or for ``query`` (embedded through the micro-batcher)."""
+    conversations = service.conversations
+    async with conversations.locked(conversation_id):
+        forest = conversations.get(conversation_id, _load(service))
+        loop = asyncio.get_running_loop()
+        if query is None:
+            context = await loop.run_in_executor(None, forest.context, budget)
+            return {"id": conversation_id, "context": context.to_dict()}
+        embedder = BatchedEmbedder(service.embedder, service.running, loop)
+        forest.embedder = embedder
+        work = loop.run_in_executor(None, lambda: forest.context(budget, query=query))
+        try:
+            context = await asyncio.shield(work)
+        except asyncio.CancelledError:  # the client hung up: stop the embedding, let the thread finish
+            embedder.cancel()
+            with contextlib.suppress(Exception):
+                await work
+            raise
+        except (Overloaded, QueueTimeout) as exc:
+            raise _refused(exc) from None
+        finally:
+            forest.embedder = service.embedder
+    return {"id": conversation_id, "context": context.to_dict()}
+
+
 async def get_context(service: Service, body: dict[str, Any], params: dict[str, str]) -> Any:
-    budget = _budget(params.get("budget_tokens"))
-    async with service.conversations.locked(params["id"]):
-        forest = service.conversations.get(params["id"], _load(service))
-        context = await asyncio.get_running_loop().run_in_executor(None, forest.context, budget)
-    return {"id": params["id"], "context": context.to_dict()}
+    return await _context(service, params["id"], _budget(params.get("budget_tokens")),
+                          _query(service, params.get("query")))
+
+
+async def post_context(service: Service, body: dict[str, Any], params: dict[str, str]) -> Any:
+    return await _context(service, params["id"], _budget(body.get("budget_tokens")),
+                          _query(service, body.get("query")))
 
 
 async def delete_conversation(service: Service, body: dict[str, Any], params: dict[str, str]) -> Any:
@@ -308,5 +353,6 @@ ROUTES = [
     ("POST", "/v1/conversations/{id}/turns", add_turn),
     ("GET", "/v1/conversations/{id}", get_conversation),
     ("GET", "/v1/conversations/{id}/context", get_context),
+    ("POST", "/v1/conversations/{id}/context", post_context),
     ("DELETE", "/v1/conversations/{id}", delete_conversation),
 ]
