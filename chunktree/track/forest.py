@@ -315,7 +315,6 @@ class _Tree:
         self.anchor: int = -1
         self.last_turn: int = -1
         self.branches = 1
-        self.stretch = 0  # the turns of its latest stretch (turns in a row in this tree)
 
     @property
     def rows(self) -> np.ndarray:
@@ -448,8 +447,7 @@ class Forest:
             mean = tree.sum / max(float(np.linalg.norm(tree.sum)), 1e-12)
             overlap = len(turn_words & tree.words) / max(1, len(turn_words))
             base.append((sims[tree.anchor], recent_sim, sims[top], mean @ v, np.log1p(len(rows)),
-                         np.log1p(n - tree.last_turn), np.log1p(len(turn_words)), overlap, connective, anaphor,
-                         np.log1p(tree.stretch)))
+                         np.log1p(n - tree.last_turn), np.log1p(len(turn_words)), overlap, connective, anaphor))
             means.append(mean)
             anchors.append(self._vectors[tree.anchor])
         if not features:
@@ -540,8 +538,6 @@ class Forest:
             self._vectors = np.concatenate([self._vectors, np.zeros_like(self._vectors)])
             self._tree_of = np.concatenate([self._tree_of, np.zeros_like(self._tree_of)])
             self._parent = np.concatenate([self._parent, np.zeros_like(self._parent)])
-        tree = self.trees[node.tree]
-        tree.stretch = tree.stretch + 1 if node.id and self._tree_of[node.id - 1] == node.tree else 1
         self._vectors[node.id], self._tree_of[node.id] = vector, node.tree
         self._parent[node.id] = -1 if node.parent is None else node.parent
         whole = " ".join(_texts(node))

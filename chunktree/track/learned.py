@@ -31,10 +31,9 @@ import numpy as np
 
 from chunktree.checks import ChunktreeError, InvalidValueError
 
-FEATURES_VERSION = 3
+FEATURES_VERSION = 2
 BASE_FEATURES = ("anchor_similarity", "recent_similarity", "best_similarity", "mean_similarity", "log_tree_size",
-                 "log_turns_since", "log_content_words", "word_overlap", "opens_with_connective", "refers_back",
-                 "log_stretch")
+                 "log_turns_since", "log_content_words", "word_overlap", "opens_with_connective", "refers_back")
 DEFAULT_THRESHOLD = 0.5
 
 

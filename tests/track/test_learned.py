@@ -62,8 +62,8 @@ def test_a_decider_file_round_trips_and_a_bad_one_is_refused(tmp_path):
         assert np.array_equal(again.probabilities(f), decider.probabilities(f)) and again.info == decider.info
         assert (again.threshold, again.return_similarity) == (decider.threshold, decider.return_similarity)
     np.savez(tmp_path / "cut.npz", **{**dict(np.load(tmp_path / "d0.bin")), "hidden_bias": np.zeros(3)})
-    with pytest.raises(DeciderFileError, match=r"cut.npz: damaged weights \(shapes \(17,\), \(792,\), \(792,\), "
-                                               r"\(792, 16\), \(3,\)\)"):
+    with pytest.raises(DeciderFileError, match=r"cut.npz: damaged weights \(shapes \(17,\), \(790,\), \(790,\), "
+                                               r"\(790, 16\), \(3,\)\)"):
         LearnedDecider.load(tmp_path / "cut.npz")
     (tmp_path / "junk.npz").write_bytes(b"not a decider")
     with pytest.raises(DeciderFileError, match=r"junk.npz: not a decider file written by 'chunktree train-track'"):
