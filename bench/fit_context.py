@@ -34,7 +34,7 @@ from record import title, write
 
 from chunktree import Embedder
 from chunktree.engine.cache import EmbeddingCache
-from chunktree.track.context import RELEVANCE_FEATURES, relevance_features
+from chunktree.track.context import RELEVANCE_FEATURES, RELEVANCE_FLOOR, RELEVANCE_KEEP, relevance_features
 from chunktree.track.data import LabelledDialogue, Turn, labelled_turns, load_labelled, load_stories, stitch
 from chunktree.track.evaluate import embed_turns
 from chunktree.track.forest import Forest, _texts
@@ -163,6 +163,13 @@ def main() -> int:
                 for b in BUDGETS:
                     validation[way][b].append(recall_at(x, y, tokens, weights, bias, b))
     weights, bias = fit(list(sources.values()), locomo_part(ids))
+
+    def kept(part: Pairs, level: float) -> str:
+        """The share of the part's positive pairs and of its other pairs at or above ``level``."""
+        p = part[0] @ weights + bias >= np.log(level / (1 - level))
+        return f"{p[part[1] > 0].mean():.3f} / {p[part[1] == 0].mean():.3f}"
+
+    parts = {**sources, "LoCoMo": locomo_part(ids)}
     lines = [f"pairs: {', '.join(f'{name} {len(p[1]):,} ({int(p[1].sum()):,} positive)' for name, p in sources.items())}, "
              f"LoCoMo {sum(len(y) for i in ids for y in locomo[i]['turn'][1]):,} per way of asking "
              f"({sum(len(locomo[i]['turn'][1]) for i in ids)} questions, {len(ids)} conversations)",
@@ -173,7 +180,10 @@ def main() -> int:
              "fitted on everything (paste into chunktree/track/context.py):",
              "RELEVANCE_WEIGHTS = np.array([" + ", ".join(f"{v:.3f}" for v in weights) + "])  # "
              + ", ".join(RELEVANCE_FEATURES),
-             f"RELEVANCE_BIAS = {bias:.3f}"]
+             f"RELEVANCE_BIAS = {bias:.3f}",
+             f"with these weights, the share of needed / other pairs at or above the floor ({RELEVANCE_FLOOR}) and the "
+             f"level kept without a budget ({RELEVANCE_KEEP}):",
+             *(f"- {name}: {kept(part, RELEVANCE_FLOOR)} and {kept(part, RELEVANCE_KEEP)}" for name, part in parts.items())]
     print("\n".join(lines))
     write("fit_context", title(__doc__, "fit_context"), "python bench/fit_context.py", lines,
           {"features": list(RELEVANCE_FEATURES), "weights": weights.tolist(), "bias": bias, "l2": L2,

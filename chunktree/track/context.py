@@ -45,12 +45,12 @@ RELEVANCE_FEATURES = ("similarity", "similarity_z", "lexical_z", "neighbour_lift
 LEXICAL_SHARE = 0.5  # a turn's match: its similarity z-score plus this share of its BM25 z-score
 NEIGHBOURS = 2  # neighbour_lift looks this many turns before and after
 PATH = 6  # on_path: this many ancestors of the current turn
-RELEVANCE_WEIGHTS = np.array([1.325, 0.198, 0.144, 0.241, -0.855, 5.776, -0.760, -0.391, 1.992])
-RELEVANCE_BIAS = -3.636
+RELEVANCE_WEIGHTS = np.array([0.990, 0.233, 0.145, 0.239, -0.690, 5.807, -0.753, -0.397, 1.883])
+RELEVANCE_BIAS = -3.639
 # Without a budget the context holds every turn at least RELEVANCE_KEEP relevant; under one, no turn
-# less relevant than RELEVANCE_FLOOR. By bench/fit_context.py's pairs, the floor keeps 95% of the
-# LoCoMo evidence turns and 89-95% of the stitched dialogues' same-story turns, and leaves out 56-70%
-# of the other turns; at 0.1 half the evidence would stay out.
+# less relevant than RELEVANCE_FLOOR. On bench/fit_context.py's pairs the floor keeps 95% of the
+# LoCoMo evidence turns and 87-96% of the needed turns of the short dialogues, and leaves out 48-70%
+# of the others; RELEVANCE_KEEP keeps half the evidence and 60-79% of the needed turns.
 RELEVANCE_KEEP = 0.1
 RELEVANCE_FLOOR = 0.03
 
