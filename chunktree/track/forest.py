@@ -583,8 +583,9 @@ class Forest:
         branch of the current topic off its path, one line each, most recent first. Each earlier
         turn gets a relevance (``context.relevance``) from what a retriever sees, its similarity
         to the current turn (or the query) and the words they share (BM25), and what the forest
-        knows: the turns beside a strong match, the topic's current stretch and how recent a turn
-        of it is, how well the turn's tree fits. Without a budget the context holds the current
+        knows: the turns beside a strong match, the current turn's path in its tree (the turns it
+        follows on, nearest first), its topic, how well the turn's tree fits (the path and the
+        topic only for a turn, not for a query). Without a budget the context holds the current
         turn and every turn at least ``RELEVANCE_KEEP`` relevant; under one, the current turn and
         then the most relevant turns that fit, none below ``RELEVANCE_FLOOR``; the lines take what
         is left, most recent first. The cost grows with the number of turns, not its square.

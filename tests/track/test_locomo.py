@@ -98,3 +98,19 @@ def test_cli_eval_track_reads_locomo_and_refuses_a_file_that_is_not(cli, tmp_pat
     (tmp_path / "other.json").write_text('[{"utterances": ["a"], "segments": [1]}]')
     run = cli("eval-track", tmp_path / "other.json", "--data", "locomo", "--no-cache")
     assert run.returncode != 0 and "not a LoCoMo file" in run.stderr
+
+
+@pytest.mark.real_data
+def test_on_a_real_locomo_conversation_the_forest_holds_more_evidence_than_hybrid_retrieval(embedder, shared_data):
+    """The first conversation of the LoCoMo half in ../shared (CC BY-NC: read there, never copied):
+    at 1,024 tokens the forest, asked as a turn and with a query, holds more of the evidence than
+    dense + BM25 retrieval fused by reciprocal rank, the independent baseline."""
+    from chunktree.track.locomo import evaluate_conversation
+
+    path = shared_data / "dialogue" / "locomo_half.json"
+    if not path.is_file():
+        pytest.skip(f"{path} not found")
+    conversation = load_locomo(path)[0]
+    recall = evaluate_conversation(conversation, embedder, None, (1024,))["recall"]
+    hybrid = sum(recall["hybrid"][1024])
+    assert sum(recall["forest"][1024]) > hybrid and sum(recall["forest_query"][1024]) > hybrid
