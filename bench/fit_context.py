@@ -36,10 +36,10 @@ from chunktree import Embedder
 from chunktree.engine.cache import EmbeddingCache
 from chunktree.track.context import RELEVANCE_FEATURES, RELEVANCE_FLOOR, RELEVANCE_KEEP, relevance_features
 from chunktree.track.data import LabelledDialogue, Turn, labelled_turns, load_labelled, load_stories, stitch
-from chunktree.track.evaluate import embed_turns
+from chunktree.track.evaluate import _fill, embed_turns
 from chunktree.track.forest import Forest, _texts
 from chunktree.track.lexical import lexical_tokens
-from chunktree.track.locomo import LocomoConversation, _copy, _fill, load_locomo
+from chunktree.track.locomo import LocomoConversation, _copy, load_locomo
 from chunktree.track.train import fit_weights
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

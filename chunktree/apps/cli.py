@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from chunktree.checks import ChunktreeError, InvalidValueError, json_loads, require
+from chunktree.checks import ChunktreeError, InvalidValueError, json_loads, require, text
 from chunktree.engine.chunking import DEFAULT_CHUNK_TOKENS, DEFAULT_OVERLAP_TOKENS, chunk_documents
 from chunktree.engine.documents import READS, read_paths, sample_documents
 from chunktree.engine.order import DEFAULT_K, DEFAULT_STRATEGY, EXACT_MAX_N, METHODS, STRATEGIES
@@ -843,6 +843,8 @@ def cmd_track(args: argparse.Namespace) -> int:
     from chunktree.track import Forest
     from chunktree.track.forest import conversation_file, read_dialogue
 
+    if args.query is not None:
+        text(args.query, "--query")
     conversations = read_dialogue(args.dialogue, file_ids=args.save is not None)  # every line checked before work
     if args.save is not None:
         files = {name: conversation_file(args.save, name) for name in conversations}

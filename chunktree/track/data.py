@@ -7,11 +7,14 @@
   file, a CoQA or SQuAD file or a JSONL file of turns;
 - ``labelled_turns``, ``has_returns``: what the fit and the evaluation read of them;
 - ``SegmentedDialogue`` and ``load_segmentation``: a dialogue segmentation benchmark's file
-  (DialSeg711, TIAGE, SuperDialseg), ``is_segmentation_file`` and ``sniff`` to tell one.
+  (DialSeg711, TIAGE, SuperDialseg), ``is_segmentation_file`` and ``sniff`` to tell one;
+- ``is_locomo``: whether a file is LoCoMo's (long conversations with questions, read by
+  ``locomo.load_locomo``).
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -20,7 +23,6 @@ import numpy as np
 
 from chunktree.checks import InvalidValueError, json_loads
 from chunktree.track.forest import read_dialogue
-from chunktree.track.locomo import is_locomo
 
 
 @dataclass(frozen=True)
@@ -106,9 +108,28 @@ def is_segmentation_file(data: Any) -> bool:
     return isinstance(data, list) and bool(data) and isinstance(data[0], dict) and "segments" in data[0]
 
 
+SESSION = re.compile(r"session_(\d+)")  # a LoCoMo sitting's utterances
+
+
+def locomo_sittings(record: Any) -> dict[str, Any] | None:
+    """The part of a LoCoMo conversation record that holds its sittings (the record itself, or its
+    ``conversation`` object), or None when it has none."""
+    if not isinstance(record, dict):
+        return None
+    inner = record.get("conversation")
+    holder = inner if isinstance(inner, dict) else record
+    return holder if any(SESSION.fullmatch(k) for k in holder) else None
+
+
+def is_locomo(data: Any) -> bool:
+    """Whether parsed JSON looks like a LoCoMo file: a list of conversations with sittings and ``qa``."""
+    return (isinstance(data, list) and bool(data) and isinstance(data[0], dict) and "qa" in data[0]
+            and locomo_sittings(data[0]) is not None)
+
+
 def sniff(path: str | Path) -> str:
     """``"segmentation"`` when the file at ``path`` is a segmentation file, ``"locomo"`` when it is
-    a LoCoMo file (``locomo.is_locomo``), else ``"other"``."""
+    a LoCoMo file (``is_locomo``), else ``"other"``."""
     try:
         data = json_loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, ValueError):

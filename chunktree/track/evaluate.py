@@ -25,6 +25,7 @@ metrics and the share of turns placed as labelled, for the decider and the thres
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -93,16 +94,17 @@ def score_dialogue(turns: list[Turn], trees: list[int]) -> dict[str, float]:
     return out
 
 
-def _fill(order: list[int], tokens: np.ndarray, budget: int, contiguous: bool) -> set[int]:
+def _fill(order: Iterable[int], tokens: np.ndarray, budget: int, contiguous: bool = False) -> set[int]:
     """The turns of ``order`` taken in turn while they fit ``budget`` (``contiguous``: stop at the
     first that does not; else skip it)."""
-    kept, used = set(), 0
+    kept: set[int] = set()
+    used = 0
     for j in order:
         if used + int(tokens[j]) > budget:
             if contiguous:
                 break
             continue
-        kept.add(j)
+        kept.add(int(j))
         used += int(tokens[j])
     return kept
 

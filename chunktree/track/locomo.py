@@ -38,14 +38,16 @@ from chunktree.checks import InvalidValueError, integer, json_loads
 from chunktree.engine.cache import EmbeddingCache
 from chunktree.engine.embedding import embed_texts
 from chunktree.progress import tracked
+from chunktree.track.data import SESSION, is_locomo, locomo_sittings
+from chunktree.track.evaluate import _fill
 from chunktree.track.forest import Forest
 from chunktree.track.lexical import LexicalIndex, lexical_tokens
 
 KINDS = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
+ADVERSARIAL = 5  # questions with no answer in the conversation: left out
 BUDGETS = (256, 512, 1024, 2048, 4096)
 METHODS = ("forest", "forest_query", "dense", "bm25", "hybrid", "last_n")
 RRF_K = 60  # reciprocal rank fusion: 1 / (RRF_K + rank), the usual constant
-_SESSION = re.compile(r"session_(\d+)")
 
 
 @dataclass(frozen=True)
@@ -69,22 +71,6 @@ class LocomoConversation:
     unresolved: int = 0
 
 
-def _document(record: Any) -> dict[str, Any] | None:
-    """The part of a conversation record that holds its sittings (the record itself, or its
-    ``conversation`` object), or None when it has none."""
-    if not isinstance(record, dict):
-        return None
-    inner = record.get("conversation")
-    holder = inner if isinstance(inner, dict) else record
-    return holder if any(_SESSION.fullmatch(k) for k in holder) else None
-
-
-def is_locomo(data: Any) -> bool:
-    """Whether parsed JSON looks like a LoCoMo file: a list of conversations with sittings and ``qa``."""
-    return (isinstance(data, list) and bool(data) and isinstance(data[0], dict) and "qa" in data[0]
-            and _document(data[0]) is not None)
-
-
 def load_locomo(path: str | Path) -> list[LocomoConversation]:
     """The conversations of a LoCoMo file; a malformed one is an error naming it and the field."""
     path = Path(path)
@@ -98,11 +84,11 @@ def load_locomo(path: str | Path) -> list[LocomoConversation]:
     out = []
     for i, record in enumerate(data):
         where = f"{path}: conversation {i}"
-        holder = _document(record)
+        holder = locomo_sittings(record)
         if holder is None or not isinstance(record.get("qa"), list):
             raise InvalidValueError(f"{where}: no 'session_N' utterance lists or no 'qa' list")
         turns, dia_ids, sittings = [], [], []
-        for key in sorted((k for k in holder if _SESSION.fullmatch(k)), key=lambda k: int(k.split("_")[1])):
+        for key in sorted((k for k in holder if SESSION.fullmatch(k)), key=lambda k: int(k.split("_")[1])):
             utterances = holder[key]
             if not isinstance(utterances, list):
                 raise InvalidValueError(f"{where}: {key} must be a list of utterances")
@@ -120,9 +106,12 @@ def load_locomo(path: str | Path) -> list[LocomoConversation]:
         for j, qa in enumerate(record["qa"]):
             if not isinstance(qa, dict) or not isinstance(qa.get("question"), str):
                 raise InvalidValueError(f"{where}: qa[{j}] needs a 'question' string")
+            if qa.get("category") == ADVERSARIAL:
+                continue  # no answer in the conversation
             kind = KINDS.get(qa.get("category"))  # type: ignore[arg-type]
             if kind is None:
-                continue  # adversarial (5): no answer in the conversation
+                raise InvalidValueError(f"{where}: qa[{j}]: category {qa.get('category')!r:.40} is none of "
+                                        f"{sorted(KINDS)} or {ADVERSARIAL} (adversarial)")
             ids = [part for e in qa.get("evidence") or [] if isinstance(e, str) for part in re.split(r"[;,\s]+", e)]
             evidence = tuple(sorted({index[d] for d in ids if d in index}))
             if evidence:
@@ -132,20 +121,6 @@ def load_locomo(path: str | Path) -> list[LocomoConversation]:
         out.append(LocomoConversation(str(record.get("conversation_id", record.get("sample_id", i))), turns,
                                       dia_ids, sittings, questions, unresolved))
     return out
-
-
-def _fill(order: Any, tokens: np.ndarray, budget: int, contiguous: bool = False) -> set[int]:
-    """The turns of ``order`` taken in turn while they fit ``budget`` (``contiguous``: stop at the
-    first that does not; else pass over it)."""
-    kept, used = set(), 0
-    for j in order:
-        if used + int(tokens[j]) > budget:
-            if contiguous:
-                break
-            continue
-        kept.add(int(j))
-        used += int(tokens[j])
-    return kept
 
 
 def fused(*orders: np.ndarray) -> np.ndarray:

@@ -7,7 +7,8 @@ import json
 import pytest
 
 from chunktree.checks import InvalidValueError
-from chunktree.track.locomo import KINDS, evaluate_locomo, format_locomo, fused, is_locomo, load_locomo
+from chunktree.track.data import is_locomo
+from chunktree.track.locomo import KINDS, evaluate_locomo, format_locomo, fused, load_locomo
 
 SESSIONS = {
     "session_1": [("Ana", "Hi Ben! I started a pottery class on Tuesdays, my first bowl came out lopsided."),
@@ -58,6 +59,7 @@ def test_a_locomo_file_is_read_as_turns_sittings_and_questions(tmp_path):
     ('[{"qa": [], "session_1": "hello"}]', "session_1 must be a list of utterances"),
     ('[{"qa": [{"question": 3}], "session_1": []}]', r"qa\[0\] needs a 'question' string"),
     ('[{"qa": [], "session_1": [{"speaker": "A", "text": "hi"}]}]', r"session_1\[0\] needs 'speaker', 'dia_id'"),
+    ('[{"qa": [{"question": "q", "category": 9}], "session_1": []}]', r"qa\[0\]: category 9 is none of \[1, 2, 3, 4\]"),
 ])
 def test_a_malformed_locomo_file_is_named(tmp_path, content, message):
     (tmp_path / "bad.json").write_text(content)
