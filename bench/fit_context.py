@@ -34,11 +34,10 @@ from record import title, write
 
 from chunktree import Embedder
 from chunktree.engine.cache import EmbeddingCache
-from chunktree.track.context import RELEVANCE_FEATURES, RELEVANCE_FLOOR, RELEVANCE_KEEP, relevance_features
+from chunktree.track.context import RELEVANCE_FEATURES, RELEVANCE_FLOOR, RELEVANCE_KEEP
 from chunktree.track.data import LabelledDialogue, Turn, labelled_turns, load_labelled, load_stories, stitch
 from chunktree.track.evaluate import _fill, embed_turns
-from chunktree.track.forest import Forest, _texts
-from chunktree.track.lexical import lexical_tokens
+from chunktree.track.forest import Forest
 from chunktree.track.locomo import LocomoConversation, _copy, load_locomo
 from chunktree.track.train import fit_weights
 
@@ -53,15 +52,6 @@ WAYS = ("turn", "query")  # the question added as a turn, or asked with context(
 Pairs = tuple[np.ndarray, np.ndarray]
 
 
-def features(forest: Forest, current: int | None, vector: np.ndarray | None = None, text: str = "") -> np.ndarray:
-    """``Forest.context``'s features of every node against node ``current`` or a query."""
-    n = len(forest.nodes)
-    if current is not None:
-        vector, text = forest._vectors[current], " ".join(_texts(forest.nodes[current]))
-    return relevance_features(forest._vectors[:n] @ vector, forest._lexical.scores(lexical_tokens(text)),
-                              forest._tree_of[:n], forest._parent[:n], current)
-
-
 def dialogue_pairs(dialogues: list[list[Turn]], embedder: Embedder, cache: EmbeddingCache) -> Pairs:
     """Every (earlier turn, turn) pair of the dialogues, placed by the shipped decider; label: same story."""
     xs, ys = [], []
@@ -71,7 +61,7 @@ def dialogue_pairs(dialogues: list[list[Turn]], embedder: Embedder, cache: Embed
         for i, turn in enumerate(turns):
             forest._place(turn.user, turn.assistant or None, u[i], v[i])
             if i:
-                xs.append(features(forest, i)[:i])
+                xs.append(forest.relevance_features(i)[:i])
                 ys.append(story[:i] == story[i])
     return np.concatenate(xs), np.concatenate(ys).astype(np.float64)
 
@@ -112,7 +102,7 @@ def locomo_pairs(conversation: LocomoConversation, embedder: Embedder, cache: Em
         y[list(q.evidence)] = 1.0
         asked = _copy(forest)
         asked._place(q.text, None, v, v)
-        for way, x in (("turn", features(asked, n)[:n]), ("query", features(forest, None, v, q.text))):
+        for way, x in (("turn", asked.relevance_features(n)[:n]), ("query", forest.relevance_features(None, v, q.text))):
             out[way][0].append(x)
             out[way][1].append(y)
     return out

@@ -108,6 +108,14 @@ def is_segmentation_file(data: Any) -> bool:
     return isinstance(data, list) and bool(data) and isinstance(data[0], dict) and "segments" in data[0]
 
 
+def read_json(path: Path) -> Any:
+    """The parsed JSON file at ``path``; one that cannot be read or parsed is an error naming it."""
+    try:
+        return json_loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise InvalidValueError(f"{path}: not a JSON file ({type(exc).__name__}: {exc})") from None
+
+
 SESSION = re.compile(r"session_(\d+)")  # a LoCoMo sitting's utterances
 
 
@@ -140,10 +148,7 @@ def sniff(path: str | Path) -> str:
 def load_segmentation(path: str | Path) -> list[SegmentedDialogue]:
     """The dialogues of a segmentation file; a malformed one is an error naming its index."""
     path = Path(path)
-    try:
-        data = json_loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise InvalidValueError(f"{path}: not a JSON file ({type(exc).__name__}: {exc})") from None
+    data = read_json(path)
     if not is_segmentation_file(data):
         raise InvalidValueError(f"{path}: not a segmentation file (a JSON list of dialogues with 'utterances' "
                                 "and 'segments')")
@@ -201,10 +206,7 @@ def load_labelled(path: str | Path, *, stitched: int = 60, length: int = 40,
     path = Path(path)
     if path.suffix == ".jsonl":
         return _load_jsonl(path)
-    try:
-        data = json_loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise InvalidValueError(f"{path}: not a JSON file ({type(exc).__name__}: {exc})") from None
+    data = read_json(path)
     if is_segmentation_file(data):
         return [LabelledDialogue(d.id, [(u, None, f"segment {j}") for u, j in
                                         zip(d.utterances, np.repeat(np.arange(len(d.segments)), d.segments))], path.name)

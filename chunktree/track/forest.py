@@ -597,15 +597,9 @@ class Forest:
         if not self.nodes:
             return Context([], 0, [], False, [], [])
         n = len(self.nodes)
-        if query is None:
-            current: int | None = self.current
-            assert current is not None
-            v, words = self._vectors[current], lexical_tokens(" ".join(_texts(self.nodes[current])))
-        else:
-            current, words = None, lexical_tokens(query)
-            v = embed_texts([query], self.embedder, self.cache)[0][0]
-        features = relevance_features(self._vectors[:n] @ v, self._lexical.scores(words), self._tree_of[:n],
-                                      self._parent[:n], current)
+        current = self.current if query is None else None
+        vector = None if query is None else embed_texts([query], self.embedder, self.cache)[0][0]
+        features = self.relevance_features(current, vector, query or "")
         p = relevance(features)
         if current is not None:
             p[current] = 1.0
@@ -635,6 +629,16 @@ class Forest:
                for j in turns]
         messages = system + [m for j in turns for m in self._messages(j)]
         return Context(messages, used, turns, cut, [round(float(p[j]), 4) for j in turns], why)
+
+    def relevance_features(self, current: int | None, vector: np.ndarray | None = None, query: str = "") -> np.ndarray:
+        """``context.relevance_features`` of every node against node ``current`` (its vector and
+        its words), or, with ``current`` None, against a query (its ``vector`` and text)."""
+        n = len(self.nodes)
+        if current is not None:
+            vector, query = self._vectors[current], " ".join(_texts(self.nodes[current]))
+        assert vector is not None
+        return relevance_features(self._vectors[:n] @ vector, self._lexical.scores(lexical_tokens(query)),
+                                  self._tree_of[:n], self._parent[:n], current)
 
     def _topic_lines(self, on_path: set[int], current: int | None) -> list[str]:
         """One line per topic other than the current node's (every topic without one), most

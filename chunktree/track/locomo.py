@@ -34,14 +34,14 @@ from typing import Any
 
 import numpy as np
 
-from chunktree.checks import InvalidValueError, integer, json_loads
+from chunktree.checks import InvalidValueError, integer
 from chunktree.engine.cache import EmbeddingCache
 from chunktree.engine.embedding import embed_texts
 from chunktree.progress import tracked
-from chunktree.track.data import SESSION, is_locomo, locomo_sittings
+from chunktree.track.data import SESSION, is_locomo, locomo_sittings, read_json
 from chunktree.track.evaluate import _fill
 from chunktree.track.forest import Forest
-from chunktree.track.lexical import LexicalIndex, lexical_tokens
+from chunktree.track.lexical import lexical_tokens
 
 KINDS = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 ADVERSARIAL = 5  # questions with no answer in the conversation: left out
@@ -74,10 +74,7 @@ class LocomoConversation:
 def load_locomo(path: str | Path) -> list[LocomoConversation]:
     """The conversations of a LoCoMo file; a malformed one is an error naming it and the field."""
     path = Path(path)
-    try:
-        data = json_loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise InvalidValueError(f"{path}: not a JSON file ({type(exc).__name__}: {exc})") from None
+    data = read_json(path)
     if not is_locomo(data):
         raise InvalidValueError(f"{path}: not a LoCoMo file (a JSON list of conversations with 'session_N' "
                                 "utterance lists and 'qa')")
@@ -164,15 +161,12 @@ def evaluate_conversation(conversation: LocomoConversation, embedder: Any, cache
     forest = Forest(embedder, cache=cache, decider=decider)
     for text, v in zip(turns, turn_vectors):
         forest._place(text, None, v, v)
-    lexical = LexicalIndex()
-    for text in turns:
-        lexical.add(lexical_tokens(text))
     n = len(turns)
     recall: dict[str, dict[int, list[float]]] = {m: {b: [] for b in budgets} for m in METHODS}
     for q, v in zip(questions, question_vectors):
         evidence = set(q.evidence)
         dense = np.argsort(-(turn_vectors @ v), kind="stable")
-        bm25 = np.argsort(-lexical.scores(lexical_tokens(q.text)), kind="stable")
+        bm25 = np.argsort(-forest._lexical.scores(lexical_tokens(q.text)), kind="stable")  # BM25 over the turns
         orders = {"dense": dense, "bm25": bm25, "hybrid": fused(dense, bm25)}
         asked = _copy(forest)
         asked._place(q.text, None, v, v)

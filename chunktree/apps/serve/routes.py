@@ -232,6 +232,27 @@ def _query(service: Service, value: Any) -> str | None:
     return value
 
 
+async def _on_forest(service: Service, forest: Any, work: Any) -> Any:
+    """``work()`` in a worker thread with ``forest`` embedding through the micro-batcher (the
+    caller holds the conversation's lock); refusals by the queue become 503. If the client hangs
+    up, the embedding stops and the thread is let finish."""
+    loop = asyncio.get_running_loop()
+    embedder = BatchedEmbedder(service.embedder, service.running, loop)
+    forest.embedder = embedder
+    running = loop.run_in_executor(None, work)
+    try:
+        return await asyncio.shield(running)
+    except asyncio.CancelledError:
+        embedder.cancel()
+        with contextlib.suppress(Exception):
+            await running
+        raise
+    except (Overloaded, QueueTimeout) as exc:
+        raise _refused(exc) from None
+    finally:
+        forest.embedder = service.embedder
+
+
 async def create_conversation(service: Service, body: dict[str, Any], params: dict[str, str]) -> Any:
     conversation_id = optional_field(body, "id", str, None)
     conversation_id, _ = service.conversations.create(conversation_id, lambda: _forest(service))
@@ -260,9 +281,6 @@ async def add_turn(service: Service, body: dict[str, Any], params: dict[str, str
         if len(forest.nodes) >= service.limits.max_turns:
             raise HTTPError(422, f"the conversation holds max_turns={service.limits.max_turns} turns; start a new "
                                  "one", "user", code="too_many_turns")
-        loop = asyncio.get_running_loop()
-        embedder = BatchedEmbedder(service.embedder, service.running, loop)
-        forest.embedder = embedder
 
         def place() -> Any:
             decision = forest.add(user, assistant)
@@ -273,18 +291,7 @@ async def add_turn(service: Service, body: dict[str, Any], params: dict[str, str
                 raise HTTPError(500, f"the turn could not be saved and was not kept ({exc.strerror or exc})") from None
             return decision, forest.context(budget)
 
-        work = loop.run_in_executor(None, place)
-        try:
-            decision, context = await asyncio.shield(work)
-        except asyncio.CancelledError:  # the client hung up: stop the embedding, let the thread finish
-            embedder.cancel()
-            with contextlib.suppress(Exception):
-                await work
-            raise
-        except (Overloaded, QueueTimeout) as exc:
-            raise _refused(exc) from None
-        finally:
-            forest.embedder = service.embedder
+        decision, context = await _on_forest(service, forest, place)
     return {"id": conversation_id, "turn": decision.node, "decision": decision.to_dict(), "context": context.to_dict()}
 
 
@@ -305,24 +312,7 @@ async def _context(service: Service, conversation_id: str, budget: int | None, q
     conversations = service.conversations
     async with conversations.locked(conversation_id):
         forest = conversations.get(conversation_id, _load(service))
-        loop = asyncio.get_running_loop()
-        if query is None:
-            context = await loop.run_in_executor(None, forest.context, budget)
-            return {"id": conversation_id, "context": context.to_dict()}
-        embedder = BatchedEmbedder(service.embedder, service.running, loop)
-        forest.embedder = embedder
-        work = loop.run_in_executor(None, lambda: forest.context(budget, query=query))
-        try:
-            context = await asyncio.shield(work)
-        except asyncio.CancelledError:  # the client hung up: stop the embedding, let the thread finish
-            embedder.cancel()
-            with contextlib.suppress(Exception):
-                await work
-            raise
-        except (Overloaded, QueueTimeout) as exc:
-            raise _refused(exc) from None
-        finally:
-            forest.embedder = service.embedder
+        context = await _on_forest(service, forest, lambda: forest.context(budget, query=query))
     return {"id": conversation_id, "context": context.to_dict()}
 
 
