@@ -74,8 +74,8 @@ def test_features_against_a_plain_reference():
     assert path == [23, 22, 21, 20, 7, 6]  # up through the return into the tree it came back to
     assert np.flatnonzero(x[:, 5]).tolist() == sorted(path)
     np.testing.assert_allclose(x[path, 6], np.log(np.arange(1, PATH + 1)))
-    share = (tree_of[earlier] == 1).mean()  # tree 1 holds 9 of the 39 earlier turns
-    np.testing.assert_allclose(x[:, 8], (tree_of == 1) * max(0.0, 1 - 3 * share))
+    # tree 1 holds 9 of the 39 earlier turns: 1 - 3 * 9/39 = 12/39 for its turns, 0 for the others
+    np.testing.assert_allclose(x[:, 8], np.where(tree_of == 1, 12 / 39, 0.0))
     asked = relevance_features(sims, lexical, tree_of, parent, None)  # a question that is not a turn
     assert not asked[:, 5:9].any() and np.allclose(asked[:, 1], _z(sims, np.ones(n, bool)))
 
