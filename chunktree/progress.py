@@ -31,7 +31,7 @@ def progress(total: int, desc: str, unit: str, *, enabled: bool = True, file: Te
     if file.isatty():
         from tqdm.auto import tqdm
 
-        return tqdm(total=total, desc=desc, unit=unit, unit_scale=True, delay=1.0, file=file)
+        return tqdm(total=total or None, desc=desc, unit=unit, unit_scale=True, delay=1.0, file=file)
     return PlainProgress(total, desc, unit, file=file)
 
 
@@ -82,7 +82,7 @@ class PlainProgress:
 
     def _print(self, now: float) -> None:
         elapsed = now - self._start
-        line = f"{self.desc}: {_count(self.done)}/{_count(self.total)} {self.unit}"
+        line = f"{self.desc}: {_count(self.done)}{'/' + _count(self.total) if self.total else ''} {self.unit}"
         if self.total:
             line += f" ({100 * self.done / self.total:.0f}%)"
         line += f", {elapsed:.0f} s"

@@ -23,7 +23,7 @@ import numpy as np
 
 from chunktree.checks import ChunktreeError, InvalidValueError, json_loads, require, text
 from chunktree.engine.chunking import DEFAULT_CHUNK_TOKENS, DEFAULT_OVERLAP_TOKENS, chunk_documents
-from chunktree.engine.documents import READS, read_paths, sample_documents
+from chunktree.engine.documents import MAX_BYTES, READS, iter_documents, sample_documents
 from chunktree.engine.order import DEFAULT_K, DEFAULT_STRATEGY, EXACT_MAX_N, METHODS, STRATEGIES
 from chunktree.engine.read.extractive import DEFAULT_MEMORY_WEIGHT
 from chunktree.engine.results import dumps
@@ -74,6 +74,9 @@ def _add_corpus_args(p: argparse.ArgumentParser, model_flag: str = "--model") ->
                    help="leave out the files in folders that match GLOB (repeatable), e.g. --exclude '*.log'")
     p.add_argument("--sample", action="store_true",
                    help="use the built-in sample corpus (Moby-Dick, public domain)")
+    p.add_argument("--max-input-mb", type=_int(1), default=MAX_BYTES >> 20,
+                   help="the most text all inputs together may hold, in MiB after decompression (default "
+                        "%(default)s); the text takes about five times its size in memory while it is chunked")
     p.add_argument("--chunk-tokens", type=_int(1), default=DEFAULT_CHUNK_TOKENS,
                    help="tokens per chunk, special tokens included (default %(default)s)")
     p.add_argument("--overlap", type=_int(0), default=DEFAULT_OVERLAP_TOKENS,
@@ -468,7 +471,8 @@ def _load_chunks(args: argparse.Namespace) -> tuple[Any, list[Any], float]:
         raise InvalidValueError("give input PATHs or --sample (one of the two)")
     embedder = _embedder(args)
     t0 = time.perf_counter()
-    docs = sample_documents() if args.sample else read_paths(args.paths, include=args.include, exclude=args.exclude)
+    docs = sample_documents() if args.sample else iter_documents(args.paths, args.include, args.exclude,
+                                                                  max_bytes=args.max_input_mb << 20)
     chunks = chunk_documents(docs, embedder.tokenizer, chunk_tokens=args.chunk_tokens, overlap_tokens=args.overlap,
                              progress=_progress(args))
     return embedder, chunks, time.perf_counter() - t0

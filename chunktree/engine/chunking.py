@@ -21,7 +21,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import logging
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -90,7 +90,7 @@ class Chunk:
 
 
 def chunk_documents(
-    documents: Sequence[Document],
+    documents: Iterable[Document],
     tokenizer: Any,
     *,
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
@@ -102,7 +102,8 @@ def chunk_documents(
     Parameters
     ----------
     documents
-        from ``read_paths`` or ``sample_documents``.
+        from ``read_paths`` or ``sample_documents``, or one at a time from ``iter_documents`` (each is
+        chunked as it comes, and only its chunks are kept).
     tokenizer
         the embedder's ``tokenizers.Tokenizer`` (``Embedder.tokenizer``), without truncation
         or padding.
@@ -111,7 +112,8 @@ def chunk_documents(
     overlap_tokens
         at most this many tokens are shared by consecutive chunks of a document.
     progress
-        count characters chunked on stderr (for inputs of at least ``PROGRESS_CHARS``).
+        count characters chunked on stderr (for a list of at least ``PROGRESS_CHARS``, or any
+        iterator of documents).
     """
     special = tokenizer.post_processor.num_special_tokens_to_add(False) if tokenizer.post_processor else 0
     if integer(chunk_tokens, "chunk_tokens") <= special:
@@ -122,8 +124,9 @@ def chunk_documents(
         raise InvalidValueError("tokenizer has truncation enabled; chunk sizes would be wrong (call no_truncation())")
     if tokenizer.padding is not None:
         raise InvalidValueError("tokenizer has padding enabled; chunk sizes would be wrong (call no_padding())")
-    total = sum(len(doc.text) for doc in documents)
-    bar = progress_counter(total, "chunk", "char", enabled=progress and total >= PROGRESS_CHARS)
+    listed = isinstance(documents, Sequence)
+    total = sum(len(doc.text) for doc in documents) if isinstance(documents, Sequence) else 0  # 0: unknown
+    bar = progress_counter(total, "chunk", "char", enabled=progress and (not listed or total >= PROGRESS_CHARS))
     chunks: list[Chunk] = []
     for doc in documents:
         starts, ends, levels = _tokens(doc, tokenizer, bar)

@@ -11,18 +11,25 @@ What is read, by name and by content:
 - any of these compressed with gzip, bzip2 or xz (``NEWS.gz``, ``ls.1.gz``, ``notes.md.xz``): the
   name without the compression suffix decides as above.
 
-Files and folders are given as paths; folders are searched recursively in sorted order, hidden
-files and folders (``.git``) left out, with ``include``/``exclude`` globs to choose, and each file
-is read once however often it is reached.
-In a folder, a file that is not text (binary, not UTF-8, empty) is skipped and named with the
-reason in one warning; named on its own, it is an error. Every other problem, such as a bad JSONL
-line or an unreadable PDF, raises ``DocumentError`` naming the file.
+Files and folders are given as paths; folders are searched in sorted order, hidden files and
+folders (``.git``) left out, with ``include``/``exclude`` globs to choose. Each folder is visited
+and each file read once however often links reach it, and the walk keeps no call stack, so any
+depth is fine. Only regular files are read from a folder (a named pipe or device there is skipped
+with its reason); binary files are found from their first 8 KiB, before the rest is read.
+In a folder, a file that is not text (binary, not UTF-8, empty, a link loop) is skipped and named
+with the reason in one warning; named on its own, it is an error. Every other problem, such as a bad
+JSONL line or an unreadable PDF, raises ``DocumentError`` naming the file.
+
+Memory is bounded: one file is read at a time (``iter_documents``), no file decompresses past
+``MAX_DECOMPRESSED``, and all the inputs together hold at most ``max_bytes`` of text (the CLI's
+``--max-input-mb``); past it the read stops with an error naming the file where it was passed.
 """
 
 from __future__ import annotations
 
 import bz2
 import codecs
+import errno
 import fnmatch
 import gzip
 import json
@@ -30,13 +37,14 @@ import logging
 import lzma
 import os
 import re
+import stat
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
 from typing import IO, Any
 
-from chunktree.checks import InvalidValueError, MissingExtraError, json_loads
+from chunktree.checks import InvalidValueError, MissingExtraError, integer, json_loads
 from chunktree.engine import roff
 
 log = logging.getLogger(__name__)
@@ -50,6 +58,8 @@ COMPRESSIONS: dict[str, tuple[re.Pattern[bytes], Callable[[IO[bytes]], Any]]] = 
     ".xz": (re.compile(b"\xfd7zXZ\x00"), lambda f: lzma.LZMAFile(f)),
 }
 MAX_DECOMPRESSED = 1 << 30  # bytes; a larger member is refused (a decompression bomb or not a document)
+MAX_BYTES = 512 << 20  # bytes of text in all the inputs together, by default (``max_bytes``)
+SNIFF_BYTES = 8192  # the prefix that decides whether a file is binary
 NAMED_SKIPS = 50  # files skipped in a folder that the warning names; the rest are logged at INFO
 SAMPLE_SOURCE = "sample:moby-dick"
 READS = ("UTF-8 text (any name: .txt, README, source code), .md, .rst, .html, .pdf, .jsonl, man pages; "
@@ -92,8 +102,9 @@ class Document:
     meta: dict[str, Any] = field(default_factory=dict)
 
 
-def read_paths(paths: Iterable[str | Path], include: Iterable[str] = (), exclude: Iterable[str] = ()) -> list[Document]:
-    """Read every document under ``paths``.
+def read_paths(paths: Iterable[str | Path], include: Iterable[str] = (), exclude: Iterable[str] = (), *,
+               max_bytes: int = MAX_BYTES) -> list[Document]:
+    """Read every document under ``paths`` (``iter_documents``, as a list).
 
     Parameters
     ----------
@@ -105,27 +116,43 @@ def read_paths(paths: Iterable[str | Path], include: Iterable[str] = (), exclude
         against the file's name and its path inside the folder given: with ``include``, only files that
         match one; then files that match an ``exclude`` pattern are left out. Files named directly are
         always read.
+    max_bytes
+        the most text, in bytes after decompression, that all the inputs together may hold; past
+        it ``DocumentError`` names the file where it was passed.
     """
+    return list(iter_documents(paths, include, exclude, max_bytes=max_bytes))
+
+
+def iter_documents(paths: Iterable[str | Path], include: Iterable[str] = (), exclude: Iterable[str] = (), *,
+                   max_bytes: int = MAX_BYTES) -> Iterator[Document]:
+    """The documents under ``paths`` one file at a time, so that a caller that chunks each as it
+    comes holds one document's text, not the corpus's. Parameters as ``read_paths``."""
+    paths = list(paths)
     include, exclude = list(include), list(exclude)
-    docs: list[Document] = []
+    integer(max_bytes, "max_bytes", 1)
     skipped: list[str] = []
+    left = max_bytes
+    found = False
     for path, in_folder in _expand(paths, include, exclude):
         try:
-            docs.extend(read_file(path))
+            docs, size = _read(path, left, max_bytes, in_folder)
         except NotText as exc:
             if not in_folder:
                 raise
             skipped.append(str(exc))
+            continue
+        left -= size
+        found = True
+        yield from docs
     if skipped:
         named = "; ".join(skipped[:NAMED_SKIPS])
         more = f"; and {len(skipped) - NAMED_SKIPS} more (-v names them)" if len(skipped) > NAMED_SKIPS else ""
         log.warning("skipped %d file(s) that are not text documents: %s%s", len(skipped), named, more)
         for reason in skipped[NAMED_SKIPS:]:
             log.info("skipped %s", reason)
-    if not docs:
-        found = f"{len(skipped)} file(s) skipped, named above" if skipped else "no files found"
-        raise DocumentError(f"no documents in {', '.join(map(str, paths))}: {found}; chunktree reads {READS}")
-    return docs
+    if not found:
+        what = f"{len(skipped)} file(s) skipped, named above" if skipped else "no files found"
+        raise DocumentError(f"no documents in {', '.join(map(str, paths))}: {what}; chunktree reads {READS}")
 
 
 def _expand(paths: Iterable[str | Path], include: list[str], exclude: list[str]) -> Iterator[tuple[Path, bool]]:
@@ -142,7 +169,7 @@ def _expand(paths: Iterable[str | Path], include: list[str], exclude: list[str])
                     continue
                 if _first_time(file, seen):
                     yield file, True
-        elif path.exists():
+        elif path.exists() or path.is_symlink():
             if _first_time(path, seen):
                 yield path, False
         else:
@@ -157,32 +184,59 @@ def _matches(rel: str, globs: list[str]) -> bool:
     return any(fnmatch.fnmatch(rel, g) or fnmatch.fnmatch(name, g) for g in globs)
 
 
+_KINDS = ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a named pipe"), (stat.S_ISCHR, "a character device"),
+          (stat.S_ISBLK, "a block device"), (stat.S_ISSOCK, "a socket"))
+
+
+def _not_regular(mode: int) -> str:
+    return next((what for test, what in _KINDS if test(mode)), "not a regular file")
+
+
 def _walk(folder: Path) -> Iterator[Path]:
-    """The files under ``folder`` in sorted order, leaving out hidden ones (``.git``, ``.cache``...),
-    following links to folders but never into a folder already on the way down (a link loop)."""
-    def visit(d: Path, ancestors: frozenset[tuple[int, int]]) -> Iterator[Path]:
+    """The files under ``folder`` in sorted order (depth first), leaving out hidden ones (``.git``,
+    ``.cache``...), following links to folders but entering each folder once: a link back to a
+    folder above is named in a warning, a second way into a folder already walked is logged. The
+    folders still to walk are a stack of iterators, not calls, so the depth is not bounded."""
+    def entries(d: Path) -> Iterator[os.DirEntry[str]]:
         try:
-            entries = sorted(os.scandir(d), key=lambda e: e.name)
+            with os.scandir(d) as it:
+                found = sorted(it, key=lambda e: e.name)
         except OSError as exc:
             raise DocumentError(f"{d}: folder cannot be read ({exc.strerror or exc})") from None
-        for entry in entries:
-            p = Path(entry.path)
-            if entry.name.startswith("."):
-                log.info("%s: hidden: not read (name it to read it)", p)
-                continue
-            if entry.is_dir():  # follows links
-                st = p.stat()
-                key = (st.st_dev, st.st_ino)
-                if key in ancestors:
-                    log.warning("%s: not followed: a link back to the folder %s above it", p, p.resolve())
-                    continue
-                yield from visit(p, ancestors | {key})
-            elif entry.is_file():
-                yield p
-            elif entry.is_symlink():
-                log.warning("%s: skipped: a broken link", p)
+        return iter(found)
+
     st = folder.stat()
-    yield from visit(folder, frozenset({(st.st_dev, st.st_ino)}))
+    visited = {(st.st_dev, st.st_ino)}
+    stack = [((st.st_dev, st.st_ino), entries(folder))]
+    while stack:
+        entry = next(stack[-1][1], None)
+        if entry is None:
+            stack.pop()
+            continue
+        p = Path(entry.path)
+        if entry.name.startswith("."):
+            log.info("%s: hidden: not read (name it to read it)", p)
+            continue
+        try:
+            st = p.stat()  # follows links
+        except OSError as exc:
+            if entry.is_symlink():
+                reason = "a link loop" if exc.errno == errno.ELOOP else "a broken link"
+                log.warning("%s: skipped: %s", p, reason)
+            else:
+                log.warning("%s: skipped: %s", p, exc.strerror or exc)
+            continue
+        key = (st.st_dev, st.st_ino)
+        if stat.S_ISDIR(st.st_mode):
+            if any(key == k for k, _ in stack):
+                log.warning("%s: not followed: a link back to the folder %s above it", p, p.resolve())
+            elif key in visited:
+                log.info("%s: already walked (the same folder reached twice)", p)
+            else:
+                visited.add(key)
+                stack.append((key, entries(p)))
+        else:
+            yield p  # read_file names what is not a regular file
 
 
 def _first_time(path: Path, seen: set[tuple[int, int]]) -> bool:
@@ -198,50 +252,91 @@ def _first_time(path: Path, seen: set[tuple[int, int]]) -> bool:
     return True
 
 
-def read_file(path: str | Path) -> list[Document]:
-    """Read one file; a JSONL file gives one document per line."""
-    path = Path(path)
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise DocumentError(f"{path}: cannot be read ({exc.strerror or exc})") from exc
+def read_file(path: str | Path, *, max_bytes: int = MAX_BYTES) -> list[Document]:
+    """Read one file; a JSONL file gives one document per line. ``max_bytes`` as ``read_paths``."""
+    return _read(Path(path), max_bytes, max_bytes, False)[0]
+
+
+def _read(path: Path, left: int, budget: int, in_folder: bool) -> tuple[list[Document], int]:
+    """The file's documents and the bytes of text they hold; at most ``left`` bytes are read
+    (``budget``: the total that ``left`` remains of, for the message)."""
     name = path.name.lower()
+    sniff = not any(name.endswith(s) for s in COMPRESSIONS) and not name.endswith(".pdf")
+    data = _read_bytes(path, left, budget, in_folder, sniff)
     for suffix, (magic, opener) in COMPRESSIONS.items():
         if name.endswith(suffix) or magic.match(data):
-            data = _decompress(path, data, suffix, opener)
+            data = _decompress(path, data, suffix, opener, left, budget)
             name = name.removesuffix(suffix)
             break
     if not data.strip():
         raise NotText(f"{path}: file is empty")
     kind = "rst" if name.endswith(".rst.txt") else NAMED_TYPES.get(os.path.splitext(name)[1], "text")
     if kind == "pdf":
-        return [_read_pdf(path, data)]
+        return [_read_pdf(path, data)], len(data)
     text = _decode(path, data)
+    source = _shown(path)
+    if kind != "jsonl" and not _visible(text):
+        raise NotText(f"{path}: holds no visible text (only spaces, zero-width or control characters)")
     if kind == "jsonl":
-        return _read_jsonl(str(path), text.splitlines())
+        return _read_jsonl(source, text.splitlines()), len(data)
     if kind == "html":
-        return [_read_html(path, text)]
+        return [_read_html(path, text)], len(data)
     if kind == "text" and roff.looks_like_roff(text):
         page, headings = roff.to_text(text)
-        if not page.strip():
+        if not _visible(page):
             raise NotText(f"{path}: man page without text (only requests, such as a .so link to another page)")
-        return [_text_document(str(path), page, "text", headings=headings)]
+        return [_text_document(source, page, "text", headings=headings)], len(data)
     if kind == "rst":
-        return [_text_document(str(path), text, "text", headings=_rst_headings(text))]
-    return [_text_document(str(path), text, kind)]
+        return [_text_document(source, text, "text", headings=_rst_headings(text))], len(data)
+    return [_text_document(source, text, kind)], len(data)
 
 
-def _decompress(path: Path, data: bytes, suffix: str, opener: Callable[[IO[bytes]], Any]) -> bytes:
+def _too_much(path: Path, budget: int) -> DocumentError:
+    return DocumentError(f"{path}: the inputs hold more than {_size(budget)} of text, the most read in one run "
+                         "(max_bytes, --max-input-mb): raise it if the memory is there (the text takes about "
+                         "five times its size while it is chunked), or embed the corpus in parts")
+
+
+def _size(n: int) -> str:
+    return f"{n / 2**30:g} GiB" if n >= 2**30 else f"{n / 2**20:g} MiB"
+
+
+def _read_bytes(path: Path, left: int, budget: int, in_folder: bool, sniff: bool) -> bytes:
+    """At most ``left`` bytes of a regular file (or of a named pipe named on its own, such as
+    ``/dev/stdin``); with ``sniff``, the first ``SNIFF_BYTES`` alone when they show it is binary."""
+    try:
+        mode = path.stat().st_mode
+        if not stat.S_ISREG(mode) and (in_folder or not stat.S_ISFIFO(mode)):
+            raise NotText(f"{path}: {_not_regular(mode)}: only regular files are read")
+        with open(path, "rb") as f:
+            head = f.read(SNIFF_BYTES)
+            if sniff and not any(magic.match(head) for magic, _ in COMPRESSIONS.values()):
+                _check_text(path, head)
+            data = head + f.read(max(0, left - len(head)) + 1)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:
+            raise NotText(f"{path}: a link loop") from None
+        raise DocumentError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    if len(data) > left:
+        raise _too_much(path, budget)
+    return data
+
+
+def _decompress(path: Path, data: bytes, suffix: str, opener: Callable[[IO[bytes]], Any], left: int,
+                budget: int) -> bytes:
     import io
 
+    cap = min(left, MAX_DECOMPRESSED)
     try:
         with opener(io.BytesIO(data)) as f:
-            out = f.read(MAX_DECOMPRESSED + 1)
+            out = f.read(cap + 1)
     except (OSError, EOFError, lzma.LZMAError) as exc:
         raise NotText(f"{path}: not a readable {suffix} file ({exc})") from None
-    if len(out) > MAX_DECOMPRESSED:
-        raise NotText(f"{path}: decompresses to more than {MAX_DECOMPRESSED >> 30} GiB; "
-                      "decompress it yourself if it is meant to be read")
+    if len(out) > cap:
+        if cap == MAX_DECOMPRESSED:
+            raise NotText(f"{path}: decompresses to more than {MAX_DECOMPRESSED >> 30} GiB; "
+                          "decompress it yourself if it is meant to be read")
+        raise _too_much(path, budget)
     return out
 
 
@@ -252,6 +347,36 @@ _BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
 _CONTROL = bytes(set(range(32)) - {9, 10, 12, 13, 27}) + b"\x7f"
 
 
+def _check_text(path: Path, data: bytes) -> None:
+    """``NotText`` for data that is binary: NUL bytes (without a UTF-16/32 mark), or over 10%
+    control characters in its first ``SNIFF_BYTES``."""
+    if any(data.startswith(bom) for bom, _ in _BOMS):
+        return
+    if b"\x00" in data:
+        raise NotText(f"{path}: binary (contains NUL bytes)")
+    head = data[:SNIFF_BYTES]
+    if len(head.translate(None, _CONTROL)) < 0.9 * len(head):
+        raise NotText(f"{path}: binary (over 10% control characters)")
+
+
+# Any character a reader sees: not a space, a zero-width or direction mark, or a control character.
+_VISIBLE = re.compile(r"[^\s\x00-\x1f\x7f-\x9f\u00ad\u180e\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufeff\ufff9-\ufffb]")
+
+
+def _visible(text: str) -> bool:
+    return _VISIBLE.search(text) is not None
+
+
+def _shown(path: Path) -> str:
+    """The path as a document's source: bytes of a name that are not UTF-8 as ``\\xff`` and control
+    characters (a newline in a name) escaped, so that every output can hold it."""
+    name = str(path)
+    if name.isprintable():
+        return name
+    raw = os.fsencode(name).decode("utf-8", "backslashreplace")
+    return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in raw)
+
+
 def _decode(path: Path, data: bytes) -> str:
     for bom, encoding in _BOMS:
         if data.startswith(bom):
@@ -260,11 +385,7 @@ def _decode(path: Path, data: bytes) -> str:
             except UnicodeDecodeError as exc:
                 raise NotText(f"{path}: starts with a {encoding.upper()} byte-order mark but is not valid "
                               f"{encoding.upper()} (offset {exc.start}); convert it to UTF-8 first") from None
-    if b"\x00" in data:
-        raise NotText(f"{path}: binary (contains NUL bytes)")
-    head = data[:8192]
-    if len(head.translate(None, _CONTROL)) < 0.9 * len(head):
-        raise NotText(f"{path}: binary (over 10% control characters)")
+    _check_text(path, data)
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
@@ -276,14 +397,16 @@ def _decode(path: Path, data: bytes) -> str:
 
 def _text_document(source: str, text: str, kind: str, meta: dict[str, Any] | None = None,
                    headings: tuple[tuple[int, str], ...] = ()) -> Document:
-    if not text.strip():
+    if not _visible(text):
         raise DocumentError(f"{source}: holds no text")
     if kind == "markdown":
         headings = _markdown_headings(text)
     return Document(source, text, kind, headings=headings, meta=meta or {})
 
 
-_ATX_HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.+?)[ \t#]*$")
+# Greedy to the end of the line, the closing #s stripped after: a lazy title backtracks over a long
+# run of spaces, quadratic in the line.
+_ATX_HEADING = re.compile(r"^ {0,3}(#{1,6})[ \t]+(.*)$")
 _FENCE = re.compile(r"^ {0,3}(```|~~~)")
 
 
@@ -297,8 +420,9 @@ def _markdown_headings(text: str) -> tuple[tuple[int, str], ...]:
             in_fence = not in_fence
         elif not in_fence:
             m = _ATX_HEADING.match(line.rstrip("\r\n"))
-            if m:
-                headings.append((offset, m.group(2).strip()))
+            title = m.group(2).rstrip(" \t#").strip() if m else ""
+            if title:
+                headings.append((offset, title))
         offset += len(line)
     return tuple(headings)
 
@@ -359,12 +483,15 @@ def _read_pdf(path: Path, data: bytes) -> Document:
     import io
 
     from pypdf import PdfReader
-    from pypdf.errors import PyPdfError
+    from pypdf.errors import DependencyError, PyPdfError
 
     try:
         reader = PdfReader(io.BytesIO(data))
         pages = [page.extract_text() or "" for page in reader.pages]
-    except (PyPdfError, ValueError, KeyError, TypeError) as exc:
+    except DependencyError as exc:  # AES encryption needs the cryptography package
+        raise NotText(f"{path}: an encrypted PDF that pypdf cannot open ({exc}): pip install cryptography, "
+                      "or decrypt it first") from None
+    except (PyPdfError, ValueError, KeyError, TypeError, RecursionError) as exc:
         raise DocumentError(f"{path}: not a readable PDF ({exc})") from None
     parts, starts, offset = [], [], 0
     for page_text in pages:
@@ -374,7 +501,7 @@ def _read_pdf(path: Path, data: bytes) -> Document:
     text = "\n\n".join(parts)
     if not text.strip():
         raise DocumentError(f"{path}: PDF has no extractable text (scanned images need OCR first)")
-    return Document(str(path), text, "text", page_starts=tuple(starts))
+    return Document(_shown(path), text, "text", page_starts=tuple(starts))
 
 
 def _read_html(path: Path, html: str) -> Document:
@@ -393,7 +520,7 @@ def _read_html(path: Path, html: str) -> Document:
                                favor_recall=True)
     if text is None or not text.strip():
         raise DocumentError(f"{path}: HTML page has no visible text")
-    return _text_document(str(path), text, "markdown")
+    return _text_document(_shown(path), text, "markdown")
 
 
 def sample_documents() -> list[Document]:

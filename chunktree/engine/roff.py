@@ -15,15 +15,17 @@ _CHARS = {"em": "—", "en": "–", "hy": "-", "bu": "•", "co": "©", "rg": "�
           "oq": "‘", "cq": "’", "aq": "'", "dq": '"', "mi": "-", "pl": "+", "mu": "×", "di": "÷", "<=": "≤",
           ">=": "≥", "!=": "≠", "->": "→", "<-": "←", "de": "°", "ga": "`", "ti": "~", "ha": "^", "rs": "\\",
           "ba": "|", "sl": "/", "lB": "[", "rB": "]", "lC": "{", "rC": "}", "la": "⟨", "ra": "⟩"}
+# Every bracketed or quoted name is bounded (NAME, MOTION characters): an unclosed ``\[`` scans no
+# further than that, so unescaping is linear in the line whatever it holds.
 _ESCAPE = re.compile(r"""\\(?:
-      \((?P<two>..)                 # \(em
-    | \[(?P<name>[^\]]*)\]          # \[em]
-    | [fF](?:\[[^\]]*\]|\(..|.)     # fonts: \fB \f(CW \f[B]
-    | s[-+]?\d                      # size: \s-1 \s0
-    | \*(?:\[(?P<str>[^\]]*)\]|\((?P<str2>..)|(?P<str1>.))  # strings: \*(lq \*[R]
-    | [kmMnwgYVXZ](?:\[[^\]]*\]|\(..|.)  # registers and the like
-    | [hvlLoDbxRSN]'[^']*'          # motions and drawings
-    | (?P<char>.)                   # \- \e \& \  \| \^ \c
+      \((?P<two>..)                      # \(em
+    | \[(?P<name>[^\]\n]{0,40})\]         # \[em]
+    | [fF](?:\[[^\]\n]{0,40}\]|\(..|.)    # fonts: \fB \f(CW \f[B]
+    | s[-+]?\d                           # size: \s-1 \s0
+    | \*(?:\[(?P<str>[^\]\n]{0,40})\]|\((?P<str2>..)|(?P<str1>.))  # strings: \*(lq \*[R]
+    | [kmMnwgYVXZ](?:\[[^\]\n]{0,40}\]|\(..|.)  # registers and the like
+    | [hvlLoDbxRSN]'[^'\n]{0,200}'        # motions and drawings
+    | (?P<char>.)                        # \- \e \& \  \| \^ \c
 )""", re.VERBOSE)
 _STRINGS = {"lq": "“", "rq": "”", "R": "®", "Tm": "™", "Aq": "'"}
 _ONE = {"-": "-", "e": "\\", "\\": "\\", " ": " ", "~": " ", "0": " ", "&": "", "|": "", "^": "", "c": "",

@@ -116,7 +116,7 @@ def test_missing_and_unreadable_paths(tmp_path):
     with pytest.raises(DocumentError, match="no such file or folder"):
         read_paths([tmp_path / "nope.txt"])
     (tmp_path / "dir.txt").mkdir()
-    with pytest.raises(DocumentError, match=r"dir.txt: cannot be read"):
+    with pytest.raises(DocumentError, match=r"dir.txt: a folder: only regular files are read"):
         read_file(tmp_path / "dir.txt")
     with pytest.raises(DocumentError, match="no input paths"):
         read_paths([])
