@@ -9,6 +9,7 @@ shows its traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import logging
 import math
 import os
@@ -28,6 +29,7 @@ from chunktree.engine.order import DEFAULT_K, DEFAULT_STRATEGY, EXACT_MAX_N, MET
 from chunktree.engine.read.extractive import DEFAULT_MEMORY_WEIGHT
 from chunktree.engine.results import dumps
 from chunktree.engine.scale import DEFAULT_SIZES
+from chunktree.files import replacing, replacing_npy
 from chunktree.models.backends import BACKENDS, PRECISIONS
 from chunktree.models.embedder import DEFAULT_BATCH_SIZE, DEFAULT_BATCH_TOKENS
 from chunktree.models.registry import DEFAULT_MODEL, MODELS
@@ -451,13 +453,25 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
     try:
-        return int(args.func(args) or 0)
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # a full disk or a closed pipe behind stdout shows here, not at exit
+        return code
     except ChunktreeError as exc:
         print(f"chunktree {args.command}: error: {_name_the_option(args.command, str(exc))}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"chunktree {args.command}: interrupted; no output was left half-written (a rerun "
+              "takes what was embedded from the cache)", file=sys.stderr)
+        return 130
     except BrokenPipeError:  # the reader closed the pipe (`| head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as exc:  # writing an output failed: a full disk, a folder made read-only meanwhile
+        where = f": {exc.filename}" if exc.filename else ""
+        print(f"chunktree {args.command}: error: {exc.strerror or exc}{where}; nothing was written", file=sys.stderr)
+        with contextlib.suppress(OSError):  # what stdout still buffers cannot be written either
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 2
 
 
 def _progress(args: argparse.Namespace) -> bool:
@@ -542,6 +556,12 @@ def _check_output(args: argparse.Namespace, out: Path, flag: str, what: str = ""
     label = f"{flag} {what}{out}"
     if out.is_dir():
         raise InvalidValueError(f"{label} is a folder; give the path of a file")
+    if out.exists() and not out.is_file():
+        raise InvalidValueError(f"{label} is not a regular file (a device, pipe or socket); give the path of a file")
+    claimed = args.__dict__.setdefault("outputs_claimed", {})
+    other = claimed.setdefault(out.resolve(), label)
+    if other != label:
+        raise InvalidValueError(f"{label} is also {other}: two outputs cannot share one path")
     if not (out.exists() or out.is_symlink()) or args.force:
         return
     for given in _inputs(args):
@@ -569,6 +589,8 @@ def _check_pictures(args: argparse.Namespace) -> None:
     for flag, out in (("--html", html), ("--png", png)):
         if out is not None:
             _check_output(args, out, flag)
+    if png is not None:
+        pictures.check_picture_path(png)
 
 
 def _write_pictures(args: argparse.Namespace, result: Any) -> None:
@@ -587,20 +609,14 @@ def cmd_embed(args: argparse.Namespace) -> int:
     _check_output(args, meta, "-o", f"{args.output}: its chunks file ")
     embedder, chunks, chunk_s = _load_chunks(args)
     cache = _open_cache(args)
-    # The vectors go into a memory-mapped OUT.npy.partial as each batch comes, so a large corpus is
-    # not held in memory; each file appears whole or not at all (a rename at the end), and a run
-    # that is stopped resumes through the cache's commits.
-    with open(f"{meta}.partial", "w", encoding="utf-8") as f:
+    # The vectors go into a memory map as each batch comes, so a large corpus is not held in memory,
+    # with its space reserved first; each file appears whole or not at all (files.replacing), and a
+    # run that is stopped resumes through the cache's commits.
+    with replacing(meta) as f, replacing_npy(out, (len(chunks), embedder.dim), np.float32) as vectors:
         for c in chunks:
             f.write(dumps(c.to_dict()) + "\n")
-    vectors = np.lib.format.open_memmap(f"{out}.partial", mode="w+", dtype=np.float32,
-                                        shape=(len(chunks), embedder.dim))
-    _, stats = embed_texts([c.text for c in chunks], embedder, cache, progress=_progress(args), ray=args.ray,
-                           out=vectors)
-    vectors.flush()
-    del vectors  # the mapping is closed before the rename
-    os.replace(f"{out}.partial", out)
-    os.replace(f"{meta}.partial", meta)
+        _, stats = embed_texts([c.text for c in chunks], embedder, cache, progress=_progress(args), ray=args.ray,
+                               out=vectors)
     print(f"{_corpus_line(chunks)}, model {embedder.model_id} ({embedder.dim} dims)")
     print(f"backend {embedder.backend} {embedder.precision} on {embedder.threads} threads ({embedder.choice.reason})")
     print(f"chunk {chunk_s:.2f} s | {_embed_line(stats.to_dict())}"
@@ -837,7 +853,8 @@ def cmd_eval_order(args: argparse.Namespace) -> int:
 
             print(f"\nwrote {eval_html(result, report, args.html)}")
     if args.json:
-        args.json.write_text(dumps({k: v for k, v in result.items() if k != "records"}, indent=1), encoding="utf-8")
+        with replacing(args.json) as f:
+            f.write(dumps({k: v for k, v in result.items() if k != "records"}, indent=1))
         print(f"\nwrote {args.json}")
     return 0
 
@@ -934,7 +951,8 @@ def cmd_eval_track(args: argparse.Namespace) -> int:
                               decider=args.decider)
             print(format_report(result))
     if args.json:
-        args.json.write_text(dumps(result, indent=1), encoding="utf-8")
+        with replacing(args.json) as f:
+            f.write(dumps(result, indent=1))
     return 0
 
 

@@ -31,6 +31,7 @@ import numpy as np
 
 from chunktree.checks import InvalidValueError, MissingExtraError, positive_int
 from chunktree.engine.chunking import Chunk
+from chunktree.files import replacing
 
 MAX_NODES = 10_000
 WEBGL_FROM = 2_000
@@ -258,10 +259,7 @@ def tree_png(result: Any, path: str | Path, max_nodes: int = MAX_NODES) -> Path:
     ax.axis("off")
     ax.legend(loc="upper left", bbox_to_anchor=(1.02, 1.0), fontsize=8, frameon=False)
     fig.tight_layout()
-    path = Path(path)
-    fig.savefig(path)
-    plt.close(fig)
-    return path
+    return _save(fig, path)
 
 
 def _drawn_clusters(result: Any, max_nodes: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
@@ -348,10 +346,33 @@ def clusters_png(result: Any, path: str | Path, max_nodes: int = MAX_NODES, seed
     ax.set_title(f"{len(result.clusters)} clusters of {result.labels.size:,} chunks (label: cluster: size)")
     ax.legend(loc="best", fontsize=8)
     fig.tight_layout()
+    return _save(fig, path)
+
+
+def _save(fig: Any, path: str | Path) -> Path:
+    """Write a matplotlib figure in the format its suffix names, and close it."""
+    import matplotlib.pyplot as plt
+
     path = Path(path)
-    fig.savefig(path)
-    plt.close(fig)
+    try:
+        check_picture_path(path)
+        with replacing(path, "wb") as f:
+            fig.savefig(f, format=path.suffix[1:].lower())
+    finally:
+        plt.close(fig)
     return path
+
+
+def check_picture_path(path: str | Path) -> None:
+    """``InvalidValueError`` unless matplotlib writes the format that ``path``'s suffix names."""
+    _pyplot()
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    formats = FigureCanvasBase.get_supported_filetypes()
+    suffix = Path(path).suffix[1:].lower()
+    if suffix not in formats:
+        raise InvalidValueError(f"{path}: a picture's suffix names its format; got {suffix or 'none'!r}, allowed: "
+                                f"{', '.join(sorted(formats))}")
 
 
 def eval_figure(result: dict[str, Any], questions: int = EVAL_QUESTIONS) -> Any:
@@ -400,7 +421,8 @@ def eval_html(result: dict[str, Any], report: str, path: str | Path, questions: 
             f"<h3>Questions drawn</h3><ol>{asked}</ol><h3>All questions</h3><pre>{html.escape(report)}</pre>"
             "</body></html>")
     path = Path(path)
-    path.write_text(page, encoding="utf-8")
+    with replacing(path) as f:
+        f.write(page)
     return path
 
 
@@ -408,5 +430,6 @@ def write_html(fig: Any, path: str | Path) -> Path:
     """Write a plotly figure as one self-contained HTML file (plotly's JavaScript inlined: it
     opens offline); returns the path."""
     path = Path(path)
-    fig.write_html(path, include_plotlyjs=True, full_html=True)
+    with replacing(path) as f:
+        fig.write_html(f, include_plotlyjs=True, full_html=True)
     return path

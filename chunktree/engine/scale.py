@@ -33,6 +33,7 @@ import numpy as np
 
 from chunktree.checks import InvalidValueError, integer, number, one_of, require
 from chunktree.engine.results import dumps
+from chunktree.files import replacing
 from chunktree.kernels.topk import exact_sims_of_rows, recall_of_rows
 
 log = logging.getLogger(__name__)
@@ -431,8 +432,9 @@ def write_report(s: Sweep, folder: str | os.PathLike[str], plots: bool = True) -
     if s.stopped:
         lines.append(f"- stopped: {s.stopped}")
     written = [folder / "report.md", folder / "scale.json"]
-    written[0].write_text("\n".join(lines) + "\n", encoding="utf-8")
-    written[1].write_text(dumps(doc, indent=1), encoding="utf-8")
+    for path, content in zip(written, ("\n".join(lines) + "\n", dumps(doc, indent=1))):
+        with replacing(path) as f:
+            f.write(content)
     if plots and s.sizes:
         written += _plots(s, folder)
     return written
@@ -454,7 +456,8 @@ def _plots(s: Sweep, folder: Path) -> list[Path]:
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
         fig.tight_layout()
-        fig.savefig(folder / name, dpi=120)
+        with replacing(folder / name, "wb") as f:
+            fig.savefig(f, format="png", dpi=120)
         plt.close(fig)
         return folder / name
 

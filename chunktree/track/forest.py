@@ -28,6 +28,7 @@ from chunktree.engine.cache import EmbeddingCache
 from chunktree.engine.embedding import embed_texts
 from chunktree.engine.inputs import default_embedder
 from chunktree.engine.results import dumps
+from chunktree.files import replacing
 from chunktree.track.context import RELEVANCE_KEEP, Context, choose, match, reason, relevance, relevance_features
 from chunktree.track.decide import (
     Candidate,
@@ -676,12 +677,8 @@ class Forest:
         path = Path(path)
         if path.is_dir():
             raise IsADirectoryError(f"{path}: a folder, not a forest file")
-        tmp = path.with_name(path.name + ".tmp")
-        try:
-            tmp.write_text(dumps(self.to_dict()), encoding="utf-8")
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)
+        with replacing(path) as f:
+            f.write(dumps(self.to_dict()))
         _journal(path).unlink(missing_ok=True)
         self._saved = (len(self.nodes), 0)
 

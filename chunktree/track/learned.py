@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from chunktree.checks import ChunktreeError, InvalidValueError
+from chunktree.files import replacing
 
 FEATURES_VERSION = 2
 BASE_FEATURES = ("anchor_similarity", "recent_similarity", "best_similarity", "mean_similarity", "log_tree_size",
@@ -102,7 +103,7 @@ class LearnedDecider:
             "features_version": FEATURES_VERSION, "info": json.dumps(self.info)}
         if self.hidden_weights is not None:
             arrays.update(hidden_weights=self.hidden_weights, hidden_bias=self.hidden_bias)
-        with open(path, "wb") as f:
+        with replacing(path, "wb") as f:
             np.savez(f, **arrays)
 
     @classmethod

@@ -110,3 +110,94 @@ def test_more_neighbours_than_chunks_are_clamped_aloud(cli, caplog):
         r = cli("order", "examples/notes", "--method", "sparse", "--neighbours", "50", "--format", "json", "--no-cache")
     assert r.returncode == 0 and json.loads(r.stdout)["params"]["k"] == 6
     assert "k=50 neighbours asked for, but 7 chunks have at most 6 others each: using k=6" in caplog.text
+
+
+# -- the hostile round: links planted at temporary names, one path for two outputs, full disks --
+
+def test_a_link_planted_where_a_temporary_file_went_is_never_written_through(tmp_path, cli):
+    """Earlier versions wrote OUT.jsonl.partial and OUT.npy.partial through whatever was there."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious", encoding="utf-8")
+    (tmp_path / "a.txt").write_text("Whales are the largest animals that ever lived.", encoding="utf-8")
+    for name in ("out1.jsonl.partial", "out1.npy.partial", ".out1.npy.partial", ".out1.jsonl.partial"):
+        (tmp_path / name).symlink_to(victim)
+    r = cli("embed", tmp_path / "a.txt", "-o", tmp_path / "out1.npy", "--no-cache")
+    assert r.returncode == 0, r.stderr
+    assert victim.read_text(encoding="utf-8") == "precious"
+    assert not (tmp_path / "out1.jsonl").is_symlink() and (tmp_path / "out1.jsonl").read_text(encoding="utf-8")
+    left = sorted(p.name for p in tmp_path.iterdir() if "partial" in p.name)
+    assert left == [".out1.jsonl.partial", ".out1.npy.partial", "out1.jsonl.partial", "out1.npy.partial"]
+
+
+def test_force_replaces_a_link_at_the_output_not_its_target(tmp_path, cli):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious", encoding="utf-8")
+    (tmp_path / "a.txt").write_text("Whales are the largest animals that ever lived.", encoding="utf-8")
+    (tmp_path / "v.npy").symlink_to(victim)
+    r = cli("embed", tmp_path / "a.txt", "-o", tmp_path / "v.npy", "--no-cache", "--force")
+    assert r.returncode == 0, r.stderr
+    assert victim.read_text(encoding="utf-8") == "precious"
+    assert not (tmp_path / "v.npy").is_symlink() and (tmp_path / "v.npy").read_bytes()[:6] == b"\x93NUMPY"
+
+
+@pytest.mark.parametrize("flags", [["--html", "twice.png", "--png", "twice.png"],
+                                   ["--html", "twice.html", "--png", "./twice.html"]])
+def test_one_path_for_two_outputs_is_refused_before_any_work(tmp_path, cli, flags):
+    r = cli("order", "examples/notes", "-q", "bread", "--no-cache", *[tmp_path / f if "." in f else f for f in flags])
+    assert r.returncode == 2
+    assert "two outputs cannot share one path" in r.stderr and "--png" in r.stderr and "--html" in r.stderr
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_picture_suffix_matplotlib_cannot_write_is_refused_before_any_work(tmp_path, cli):
+    r = cli("order", "examples/notes", "-q", "bread", "--no-cache", "--png", tmp_path / "pic.jpgx")
+    assert r.returncode == 2
+    assert "pic.jpgx: a picture's suffix names its format; got 'jpgx', allowed:" in r.stderr and "png" in r.stderr
+    assert "order:" not in r.stdout  # refused before the work, not after it
+
+
+def test_a_device_is_not_an_output_even_with_force(tmp_path, cli):
+    r = cli("order", "examples/notes", "-q", "bread", "--no-cache", "--html", "/dev/full", "--force")
+    assert r.returncode == 2 and "--html /dev/full is not a regular file" in r.stderr
+
+
+def test_a_full_disk_behind_stdout_is_one_line_not_a_traceback():
+    import subprocess
+    import sys
+
+    with open("/dev/full", "w") as full:
+        r = subprocess.run([sys.executable, "-m", "chunktree", "--no-progress", "order", "examples/notes", "-q", "bread",
+                            "--no-cache", "--format", "json"], stdout=full, stderr=subprocess.PIPE, text=True,
+                           timeout=300)
+    assert r.returncode == 2, r.stderr
+    assert "chunktree order: error: No space left on device" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_no_room_for_the_vectors_is_a_message_before_the_work_and_leaves_nothing(tmp_path):
+    """The file size limit (RLIMIT_FSIZE) stands in for a full disk: the vectors' space is reserved
+    before any embedding, so the run ends with a message instead of SIGBUS half way."""
+    import subprocess
+    import sys
+
+    (tmp_path / "a.txt").write_text("Whales are the largest animals that ever lived. " * 50, encoding="utf-8")
+    code = ("import resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (2000, 2000)); from chunktree.apps.cli import main; "
+            "sys.exit(main(sys.argv[1:]))")
+    r = subprocess.run([sys.executable, "-c", code, "--no-progress", "embed", str(tmp_path / "a.txt"), "-o",
+                        str(tmp_path / "o.npy"), "--no-cache"], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 2, r.stderr
+    assert "chunktree embed: error:" in r.stderr and "Traceback" not in r.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.txt"]
+
+
+def test_a_file_name_that_is_not_utf8_gives_valid_utf8_outputs(tmp_path, cli):
+    folder = tmp_path / "n"
+    folder.mkdir()
+    with open(bytes(folder) + b"/bad\xff\xfe.md", "wb") as f:
+        f.write(b"hello bread, flour and water")
+    r = cli("embed", folder, "-o", tmp_path / "n.npy", "--no-cache")
+    assert r.returncode == 0, r.stderr
+    (row,) = [json.loads(line) for line in (tmp_path / "n.jsonl").read_bytes().decode("utf-8").splitlines()]
+    assert row["source"].endswith("bad\\xff\\xfe.md")
+    r = cli("order", folder, "-q", "bread", "--no-cache", "--format", "json")
+    assert r.returncode == 0 and "bad\\\\xff\\\\xfe.md" in r.stdout

@@ -78,8 +78,11 @@ def test_a_folder_1500_deep_is_read(tmp_path):
     with open("n.txt", "w", opener=lambda name, flags: os.open(name, flags, 0o644, dir_fd=fd)) as f:
         f.write("bread")
     os.close(fd)
-    (doc,) = read_paths([deep])
-    assert doc.source.endswith("/a/n.txt")
+    try:
+        (doc,) = read_paths([deep])
+        assert doc.source.endswith("/a/n.txt")
+    finally:  # removed here, bottom up: shutil.rmtree (pytest's clean-up) recurses once per level
+        subprocess.run(["rm", "-rf", str(deep)], check=True)
 
 
 def test_a_link_back_up_is_named_and_not_followed(tmp_path, caplog):

@@ -14,6 +14,7 @@ of the window is left free for the difference.
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ from chunktree.engine.read.llm_worker import (
 )
 from chunktree.engine.read.memory import Step, Tokens, empty_memory
 from chunktree.engine.results import dumps
+from chunktree.files import replacing
 from chunktree.progress import tracked
 
 PROMPT_KEYS = ("worker", "worker_summary", "manager", "manager_summary")
@@ -173,17 +175,12 @@ def read(
 
     memory = empty_memory()
     steps: list[Step] = []
-    sink = open(trace, "w", encoding="utf-8") if trace else None
-    try:
+    with replacing(trace) if trace else contextlib.nullcontext() as sink:
         for index, group in tracked(enumerate(groups), len(groups), "read", "step", enabled=progress):
             step, memory = worker.step(index, group, memory)
             steps.append(step)
             if sink:
                 sink.write(dumps(step.to_dict()) + "\n")
-                sink.flush()
-    finally:
-        if sink:
-            sink.close()
     t2 = time.perf_counter()
     answer = worker.answer(memory)
     t3 = time.perf_counter()
