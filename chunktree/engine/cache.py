@@ -16,17 +16,21 @@ What is read is verified, not trusted:
   damaged database (it starts with SQLite's header) or a file named like a cache (``.sqlite``,
   ``.sqlite3``, ``.db``) is moved aside: any other existing file given as the cache is refused,
   never moved or written;
-- a cache that cannot be written (a full disk, a read-only file) is read as far as it can be, and
-  the run goes on without storing, after one warning.
+- a readable SQLite database that is not a chunktree cache (another program's: its tables or its
+  ``application_id`` say so) is refused before anything is written to it;
+- a cache that cannot be written (a full disk, a read-only file or filesystem) is read as far as it
+  can be, and the run goes on without storing, after one warning.
 """
 
 from __future__ import annotations
 
 import hashlib
 import logging
+import os
 import sqlite3
 import threading
 import time
+import urllib.parse
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -48,6 +52,8 @@ CREATE TABLE IF NOT EXISTS embeddings (
 ) WITHOUT ROWID
 """
 SQLITE_HEADER = b"SQLite format 3\x00"
+APPLICATION_ID = 0x63547265  # "cTre" in the database header: a chunktree embedding cache
+_OWN_COLUMNS = {"model", "text_sha256", "dim", "vector", "checksum"}
 CACHE_SUFFIXES = (".sqlite", ".sqlite3", ".db")
 # SQLite limits the number of host parameters per statement; stay well below it.
 _LOOKUP_BATCH = 500
@@ -70,6 +76,13 @@ def is_corrupt(exc: sqlite3.DatabaseError) -> bool:
 def row_checksum(model: str, key: bytes, vector: bytes) -> bytes:
     """8 bytes that change when any byte of the row's model, key or vector changes."""
     return hashlib.blake2b(model.encode("utf-8") + key + vector, digest_size=8).digest()
+
+
+def _read_only_filesystem(path: Path) -> bool:
+    try:
+        return bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+    except OSError:
+        return False
 
 
 def _verified(model: str, key: bytes, dim: int, blob: bytes, checksum: bytes | None) -> np.ndarray | None:
@@ -113,6 +126,10 @@ class EmbeddingCache:
         self.timeout = timeout
         self._lock = threading.RLock()  # the connection is shared by threads, one statement at a time
         self.writable = True  # False after a write failed (a full disk, a read-only file): reads go on
+        if self.path.exists() and _read_only_filesystem(self.path):
+            self._db = self._open_read_only()
+            return
+        self._refuse_a_database_of_another_program()
         try:
             try:
                 self._db = self._open()
@@ -136,9 +153,52 @@ class EmbeddingCache:
                                     "a damaged cache is moved aside, but not a file of yours. Give a new path or an "
                                     "existing cache (or no cache)")
 
+    def _uri(self, options: str) -> str:
+        return f"file:{urllib.parse.quote(str(self.path.absolute()))}?{options}"
+
+    def _refuse_a_database_of_another_program(self) -> None:
+        """A database another program made (tables of its own, or its own application id) is not
+        ours to switch to WAL, add a table to or alter: it is read, read-only, and refused."""
+        if not self.path.exists() or self.path.stat().st_size == 0:
+            return
+        try:
+            db = sqlite3.connect(self._uri("mode=ro"), uri=True, timeout=self.timeout)
+            try:
+                app = db.execute("PRAGMA application_id").fetchone()[0]
+                tables = {name: {c for (c,) in db.execute("SELECT name FROM pragma_table_info(?)", (name,))}
+                          for (name,) in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            finally:
+                db.close()
+        except sqlite3.DatabaseError:
+            return  # damaged (moved aside by the open that follows) or busy: the open says which
+        ours = app == APPLICATION_ID or (app == 0 and set(tables) <= {"embeddings"} and
+                                         tables.get("embeddings", _OWN_COLUMNS) <= _OWN_COLUMNS)
+        if not ours:
+            raise InvalidValueError(
+                f"embedding cache {self.path} is an SQLite database of another program (tables: "
+                f"{', '.join(sorted(tables)) or 'none'}; application id {app:#x}), not a chunktree cache; it was "
+                "left untouched. Give a new path or an existing chunktree cache (or no cache)")
+
+    def _open_read_only(self) -> sqlite3.Connection:
+        """The cache of a read-only filesystem, read as an immutable file (WAL needs a writable
+        folder for its shared memory)."""
+        self.writable = False
+        try:
+            db = sqlite3.connect(self._uri("mode=ro&immutable=1"), uri=True, timeout=self.timeout,
+                                 isolation_level=None, check_same_thread=False)
+            db.execute("SELECT model, text_sha256, dim, vector, checksum FROM embeddings LIMIT 0")
+        except sqlite3.DatabaseError as exc:
+            raise InvalidValueError(f"embedding cache {self.path} is on a read-only filesystem and cannot be read "
+                                    f"as a chunktree cache ({exc}); give another path, or no cache") from None
+        log.warning("embedding cache %s is on a read-only filesystem: it is read, and new vectors are not stored",
+                    self.path)
+        return db
+
     def _open(self) -> sqlite3.Connection:
         db = sqlite3.connect(self.path, timeout=self.timeout, isolation_level=None, check_same_thread=False)
         try:
+            if db.execute("PRAGMA application_id").fetchone()[0] != APPLICATION_ID:  # a write: only once
+                db.execute(f"PRAGMA application_id={APPLICATION_ID}")
             db.execute("PRAGMA journal_mode=WAL")
             db.execute("PRAGMA synchronous=NORMAL")
             db.execute(_SCHEMA)

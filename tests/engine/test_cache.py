@@ -1,6 +1,7 @@
 """The SQLite embedding cache: round trips, model separation, two writing processes, cache hits."""
 
 import hashlib
+import logging
 import multiprocessing as mp
 import sqlite3
 import subprocess
@@ -10,6 +11,8 @@ import numpy as np
 import pytest
 
 from chunktree import EmbeddingCache, embed_texts
+from chunktree.checks import InvalidValueError
+from chunktree.engine.cache import text_key
 
 
 def vector_of(text, dim=8):
@@ -305,3 +308,66 @@ def test_a_full_disk_stops_storing_with_one_warning_and_the_run_goes_on(tmp_path
     assert r.returncode == 0, r.stderr
     assert r.stdout.split() == ["False", "1"]  # the first batch was stored and reads back; the last was not
     assert r.stderr.count("cannot be written") == 1 and "Traceback" not in r.stderr
+
+
+# -- the hostile round: databases of other programs, a read-only filesystem --
+
+def _schema(path):
+    db = sqlite3.connect(path)
+    try:
+        return (db.execute("PRAGMA journal_mode").fetchone()[0],
+                sorted(db.execute("SELECT name, sql FROM sqlite_master").fetchall()))
+    finally:
+        db.close()
+
+
+@pytest.mark.parametrize("tables", [["CREATE TABLE accounts(id, name)"],
+                                    ["CREATE TABLE embeddings(id INTEGER PRIMARY KEY, doc TEXT, vec BLOB)"],
+                                    ["CREATE TABLE embeddings(model, text_sha256, dim, vector)",
+                                     "CREATE TABLE notes(x)"]])
+def test_another_programs_database_is_refused_and_left_untouched(tmp_path, tables):
+    path = tmp_path / "app.db"
+    db = sqlite3.connect(path)
+    for sql in tables:
+        db.execute(sql)
+    db.execute("INSERT INTO " + tables[0].split()[2].split("(")[0] + " DEFAULT VALUES")
+    db.commit()
+    db.close()
+    before = (path.read_bytes(), _schema(path))
+    with pytest.raises(InvalidValueError, match=r"app\.db is an SQLite database of another program \(tables: "):
+        EmbeddingCache(path)
+    assert (path.read_bytes(), _schema(path)) == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["app.db"]
+
+
+def test_a_cache_from_before_the_application_id_is_still_ours(tmp_path):
+    path = tmp_path / "old.sqlite"
+    db = sqlite3.connect(path)
+    db.execute("CREATE TABLE embeddings (model TEXT NOT NULL, text_sha256 BLOB NOT NULL, dim INTEGER NOT NULL, "
+               "vector BLOB NOT NULL, PRIMARY KEY (model, text_sha256)) WITHOUT ROWID")
+    v = np.ones(4, np.float32) / 2
+    db.execute("INSERT INTO embeddings VALUES (?, ?, ?, ?)", ("m", text_key("a"), 4, v.tobytes()))
+    db.commit()
+    db.close()
+    with EmbeddingCache(path) as cache:
+        vectors, found = cache.get("m", ["a"], 4)
+    assert found.tolist() == [True] and np.array_equal(vectors[0], v)
+
+
+def test_a_cache_on_a_read_only_filesystem_is_read(tmp_path, caplog):
+    mount = tmp_path / "ro"
+    mount.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=4m", "tmpfs", str(mount)], capture_output=True).returncode:
+        pytest.skip("mounting a filesystem needs root")
+    try:
+        v = np.eye(3, 8, dtype=np.float32)
+        with EmbeddingCache(mount / "cache.sqlite") as cache:
+            cache.put("m", ["a", "b", "c"], v)
+        subprocess.run(["mount", "-o", "remount,ro", str(mount)], check=True)
+        with caplog.at_level(logging.WARNING), EmbeddingCache(mount / "cache.sqlite") as cache:
+            vectors, found = cache.get("m", ["a", "c", "z"], 8)
+            cache.put("m", ["z"], v[:1])  # not stored, no error
+        assert found.tolist() == [True, True, False] and np.array_equal(vectors[:2], v[[0, 2]])
+        assert "read-only filesystem: it is read, and new vectors are not stored" in caplog.text
+    finally:
+        subprocess.run(["umount", str(mount)], check=True)
