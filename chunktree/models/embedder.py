@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
 
-from chunktree.checks import InvalidTypeError, InvalidValueError, positive_int, unicode
+from chunktree.checks import ChunktreeError, InvalidTypeError, InvalidValueError, positive_int, unicode
 from chunktree.models import backends, onnx_file, quantize, registry
+from chunktree.paths import cache_dir
 from chunktree.progress import tracked
 
 log = logging.getLogger(__name__)
@@ -117,7 +119,7 @@ class Embedder:
         self.path = resolve_model(model)
         if self.choice.precision == "int8":
             self.path = quantize.int8_path(self.path)
-        self._session = backends.open_session(self.path, self.choice, threads)
+        self._session = self._open(model, threads)
         meta = self._session.metadata
         if meta.get(onnx_file.META_WINDOWS_ALONE) == "1" and self.choice.precision != "int8":
             if precision != "auto" or backend == "openvino":
@@ -156,6 +158,28 @@ class Embedder:
         pad = self.tokenizer.padding
         self._pad_id = 0 if pad is None else int(pad["pad_id"])
 
+
+    def _open(self, model: str | os.PathLike[str], threads: int | None) -> backends.Session:
+        """The runtime's session of ``self.path``. A converted model in chunktree's cache that the
+        runtime cannot load (a file damaged on disk) is moved aside, with a warning, and built
+        again; any other model file that cannot be loaded is named in the error."""
+        try:
+            return backends.open_session(self.path, self.choice, threads)
+        except ChunktreeError:
+            raise
+        except Exception as exc:  # each runtime raises its own kinds for a file it cannot parse
+            detail = " ".join(str(exc).split())[:300]
+            if not self.path.resolve().is_relative_to((cache_dir() / "models").resolve()):
+                raise InvalidValueError(f"model file {self.path} cannot be loaded by {self.choice.backend} "
+                                        f"({detail}): it is damaged or not a model file; export it again") from None
+        aside = self.path.with_name(f"{self.path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}")
+        os.replace(self.path, aside)
+        log.warning("the converted model %s cannot be loaded (%s); moved it to %s and building it again",
+                    self.path, detail, aside)
+        self.path = resolve_model(model)
+        if self.choice.precision == "int8":
+            self.path = quantize.int8_path(self.path)
+        return backends.open_session(self.path, self.choice, threads)
     def __repr__(self) -> str:
         return (f"Embedder(model_id={self.model_id!r}, backend={self.backend!r}, precision={self.precision!r}, "
                 f"dim={self.dim}, window={self.window})")

