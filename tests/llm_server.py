@@ -14,6 +14,9 @@ The requested ``model`` picks the behaviour:
   20 ms, so concurrent requests overlap (``max_in_flight`` counts them).
 - ``judge-new``, ``judge-0``: a topic judge answering ``{"topic": "new"}`` / ``{"topic": 0}``.
 - ``summary``: answers "Summary of: " + the first 20 characters after "User: ".
+- hostile ones: ``retry-after-3600`` (503 asking to wait an hour), ``drip`` (a 200 whose body comes
+  a byte every 0.2 s), ``silent`` (reads the request, answers nothing for 30 s), ``huge`` (a reply
+  of 64 MiB), ``nested`` (a reply nested 100,000 deep), ``content-list`` (content not a string).
 """
 
 from __future__ import annotations
@@ -85,6 +88,31 @@ class LLMServer:
                     return self._send(429, json.dumps({"error": "slow down"}), [("Retry-After", "0")])
                 if model == "body-not-json":
                     return self._send(200, "this is not json")
+                if model == "retry-after-3600":
+                    return self._send(503, json.dumps({"error": "later"}), [("Retry-After", "3600")])
+                if model == "drip":
+                    self.send_response(200)
+                    self.send_header("Content-Length", "100000")
+                    self.end_headers()
+                    for _ in range(200):
+                        self.wfile.write(b" ")
+                        self.wfile.flush()
+                        time.sleep(0.2)
+                    return None
+                if model == "silent":
+                    time.sleep(30)
+                    return None
+                if model == "huge":
+                    self.send_response(200)
+                    self.send_header("Content-Length", str(64 << 20))
+                    self.end_headers()
+                    for _ in range(64):
+                        self.wfile.write(b"a" * (1 << 20))
+                    return None
+                if model == "nested":
+                    return self._send(200, '{"choices": ' + "[" * 100_000 + "]" * 100_000 + "}")
+                if model == "content-list":
+                    return self._send(200, json.dumps({"choices": [{"message": {"content": [1, 2]}}]}))
                 if model == "slow":
                     time.sleep(2)
                 if model == "first-read":

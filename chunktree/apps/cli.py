@@ -232,6 +232,11 @@ def build_parser() -> argparse.ArgumentParser:
     who.add_argument("--llm-base-url", default=None,
                      help="OpenAI-compatible base URL, e.g. http://127.0.0.1:8080/v1 (or CHUNKTREE_LLM_BASE_URL)")
     p.add_argument("--model", dest="llm_model", default=None, help="LLM model name (or CHUNKTREE_LLM_MODEL)")
+    p.add_argument("--llm-timeout", type=_float(0.0, above=True), default=120.0,
+                   help="seconds an LLM request may take, its reply included (default %(default)s)")
+    p.add_argument("--llm-run-timeout", type=_float(0.0, above=True), default=None,
+                   help="seconds all LLM requests of the run may take together; past it the remaining steps fail "
+                        "and the run ends with an error (default: no bound)")
     p.add_argument("--memory-tokens", type=_int(16), default=512, help="memory budget (default %(default)s)")
     p.add_argument("--memory-weight", type=_float(0.0), default=DEFAULT_MEMORY_WEIGHT,
                    help="extractive reader: weight of similarity to what the memory holds (default %(default)s: "
@@ -787,7 +792,7 @@ def cmd_read(args: argparse.Namespace) -> int:
     if not args.extractive:
         if not (args.llm_base_url or os.environ.get("CHUNKTREE_LLM_BASE_URL") or os.environ.get("OPENAI_BASE_URL")):
             raise InvalidValueError("give --extractive (no LLM) or --llm-base-url URL (or set CHUNKTREE_LLM_BASE_URL)")
-        llm = ChatClient(args.llm_base_url, args.llm_model)
+        llm = ChatClient(args.llm_base_url, args.llm_model, timeout=args.llm_timeout, run_timeout=args.llm_run_timeout)
     embedder, chunks, chunk_s = _load_chunks(args)
     result = read(chunks, args.query, strategy=args.order, llm=llm, memory_tokens=args.memory_tokens,
                   memory_weight=args.memory_weight,

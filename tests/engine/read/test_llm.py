@@ -76,3 +76,41 @@ def test_missing_settings(monkeypatch):
         ChatClient(model="m")
     with pytest.raises(ValueError, match="model is required"):
         ChatClient("http://127.0.0.1:1/v1")
+
+
+# -- a hostile or broken endpoint (the hostile round's NH-9, NH-13, NH-25): each request bounded --
+
+def test_a_retry_after_past_the_cap_fails_at_once(server):
+    t0 = time.perf_counter()
+    with pytest.raises(LLMError, match=r"asks to retry after 3600 s, longer than max_retry_after \(60 s\)"):
+        ChatClient(server.base_url, "retry-after-3600").complete(MESSAGES)
+    assert len(server.requests) == 1 and time.perf_counter() - t0 < 30
+
+
+def test_a_dripping_reply_is_cut_at_the_request_deadline(server):
+    t0 = time.perf_counter()
+    with pytest.raises(LLMError, match=r"failed after 2 attempts; last: TimeoutError: the reply took longer than 1 s"):
+        ChatClient(server.base_url, "drip", timeout=1.0, retries=1, backoff=0).complete(MESSAGES)
+    assert len(server.requests) == 2 and time.perf_counter() - t0 < 10  # 200 bytes at 5 a second: 40 s a try
+
+
+def test_an_endpoint_that_never_answers_is_bounded_by_the_run_deadline(server):
+    client = ChatClient(server.base_url, "silent", timeout=5.0, run_timeout=1.5, retries=3, backoff=0)
+    t0 = time.perf_counter()
+    with pytest.raises(LLMError):
+        client.complete(MESSAGES)
+    with pytest.raises(LLMError, match=r"the run's LLM time \(run_timeout, 1.5 s\) is spent"):
+        client.complete(MESSAGES)  # the next step fails at once
+    assert time.perf_counter() - t0 < 10
+
+
+def test_a_reply_past_max_reply_bytes_is_refused_unread(server):
+    with pytest.raises(LLMError, match=r"sent a reply longer than max_reply_bytes \(1,048,576\)"):
+        ChatClient(server.base_url, "huge", max_reply_bytes=1 << 20, retries=0).complete(MESSAGES)
+
+
+@pytest.mark.parametrize("model, message", [("nested", "not a chat completion"),
+                                            ("content-list", "a non-text message content")])
+def test_a_malformed_reply_is_an_llm_error_not_a_traceback(server, model, message):
+    with pytest.raises(LLMError, match=message):
+        ChatClient(server.base_url, model, retries=0).complete(MESSAGES)
