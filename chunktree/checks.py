@@ -12,6 +12,7 @@ This module sits below ``kernels``, ``models`` and ``engine``: it imports nothin
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Collection
 from typing import Any
 
@@ -103,13 +104,24 @@ def one_of(value: Any, name: str, allowed: Collection[Any]) -> Any:
     return value
 
 
+# Any character a reader sees: not a space, a zero-width or direction mark, or a control character.
+_VISIBLE = re.compile(r"[^\s\x00-\x1f\x7f-\x9f\u00ad\u180e\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufeff\ufff9-\ufffb]")
+
+
+def visible(value: str) -> bool:
+    """Whether ``value`` holds a character a reader sees (not only spaces, zero-width or control
+    characters, which every model embeds as the empty text)."""
+    return _VISIBLE.search(value) is not None
+
+
 def text(value: Any, name: str, *, allow_empty: bool = False) -> str:
-    """``value`` as a string; blank strings are refused unless ``allow_empty``, and so is a string
-    that is not valid Unicode (``unicode``)."""
+    """``value`` as a string; blank strings (nothing ``visible``) are refused unless
+    ``allow_empty``, and so is a string that is not valid Unicode (``unicode``)."""
     if not isinstance(value, str):
         raise InvalidTypeError(f"{name} must be a string; got {type(value).__name__}")
-    if not allow_empty and not value.strip():
-        raise InvalidValueError(f"{name} must not be empty or whitespace; got {value!r:.80}")
+    if not allow_empty and not visible(value):
+        raise InvalidValueError(f"{name} must hold visible text, not only spaces, zero-width or control characters; "
+                                f"got {value!r:.80}")
     return unicode(value, name)
 
 

@@ -7,6 +7,8 @@ flushed to disk, and renamed onto the target. The rename replaces whatever the p
 included, and never writes through the link to its target. If the writing fails or is
 interrupted, the temporary file is removed and the target is as it was.
 
+``FolderLock`` keeps a folder to one writing process at a time.
+
 ``replacing_npy`` does the same for a memory-mapped ``.npy`` array whose rows come in as they are
 computed, and reserves the file's whole size on disk first, so that a full disk is an ``OSError``
 before any work instead of a ``SIGBUS`` in the middle of it.
@@ -19,11 +21,14 @@ import errno
 import math
 import os
 import secrets
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO, Any
 
 import numpy as np
+
+from chunktree.checks import InvalidValueError
 
 
 @contextlib.contextmanager
@@ -81,3 +86,37 @@ def _reserve(fd: int, size: int, path: Path) -> None:
         if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):  # a filesystem without fallocate
             raise
         os.ftruncate(fd, size)
+
+
+class FolderLock:
+    """One writer per folder, across processes: an exclusive ``flock`` on ``FOLDER/.chunktree.lock``
+    that a second process sees at once, held until ``release`` or the end of the process, however
+    it ends. The file names its holder (``who`` and the pid), for the message a second writer gets."""
+
+    NAME = ".chunktree.lock"
+
+    def __init__(self, folder: str | os.PathLike[str], who: str) -> None:
+        import fcntl
+
+        path = Path(folder) / self.NAME
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+        except OSError as exc:
+            raise InvalidValueError(f"{folder}: cannot create its lock file {path} ({exc.strerror or exc})") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 300).decode("utf-8", "replace").strip() or "another process"
+            os.close(fd)
+            raise InvalidValueError(f"{folder} is in use by {holder}: a folder has one writer at a time, so that no "
+                                    "acknowledged write is lost. Give this one its own folder, or stop the other"
+                                    ) from None
+        os.ftruncate(fd, 0)
+        os.write(fd, f"{who} (pid {os.getpid()}, since {time.strftime('%Y-%m-%d %H:%M:%S')})\n".encode())
+        self.path = path
+        self._fd: int | None = fd
+
+    def release(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)  # closing the descriptor releases the lock
+            self._fd = None

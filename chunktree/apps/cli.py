@@ -413,6 +413,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-conversations", type=_int(1), default=1000,
                    help="conversations held in memory; the least recently used is evicted (default %(default)s)")
     p.add_argument("--max-turns", type=_int(1), default=10_000, help="turns per conversation (default %(default)s)")
+    p.add_argument("--max-header-kb", type=_int(1), default=64,
+                   help="KiB per request head (request line and headers); more gets 431 (default %(default)s)")
+    p.add_argument("--header-timeout", type=_float(0.0, above=True), default=10.0, metavar="SECONDS",
+                   help="the longest a client may take to send a request's head; 408 and closed past it "
+                        "(default %(default)s)")
+    p.add_argument("--body-timeout", type=_float(0.0, above=True), default=60.0, metavar="SECONDS",
+                   help="the longest a client may take to send a request's body (default %(default)s)")
+    p.add_argument("--max-connections", type=_int(1), default=1000,
+                   help="connections open at once, lowered to fit the descriptor limit (ulimit -n); a further one "
+                        "gets 503 (default %(default)s)")
+    p.add_argument("--shutdown-timeout", type=_float(0.0, above=True), default=10.0, metavar="SECONDS",
+                   help="on SIGTERM, the longest requests in flight are waited for (default %(default)s)")
     _add_cache_args(p)
     p.add_argument("--metrics-public", action="store_true",
                    help="leave GET /metrics open when an API key is required (default: it needs the key too)")
@@ -1005,7 +1017,7 @@ def cmd_scale(args: argparse.Namespace) -> int:
 
 def cmd_serve(args: argparse.Namespace) -> int:
     uvicorn = require("uvicorn", "serve", "chunktree serve")
-    from chunktree.apps.serve import Limits, create_app
+    from chunktree.apps.serve import Limits, create_app, server
 
     api_key = None
     if args.api_key_env:
@@ -1015,7 +1027,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     limits = Limits(max_texts=args.max_texts, max_chunks=args.max_chunks, max_body=int(args.max_body_mb * 2**20),
                     max_queue=args.max_queue, max_batch=args.max_batch,
                     max_wait_ms=args.max_wait_ms, batching=not args.no_batching, queue_timeout_s=args.queue_timeout,
-                    max_conversations=args.max_conversations, max_turns=args.max_turns)
+                    max_conversations=args.max_conversations, max_turns=args.max_turns,
+                    max_header_kb=args.max_header_kb, header_timeout_s=args.header_timeout,
+                    body_timeout_s=args.body_timeout, max_connections=args.max_connections,
+                    shutdown_timeout_s=args.shutdown_timeout)
     from chunktree.track.forest import load_decider
 
     decider = load_decider(args.decider) or "thresholds"  # a bad file fails before the model loads
@@ -1028,7 +1043,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     print(f"chunktree serve: {embedder.model_id} ({embedder.backend} {embedder.precision}) on http://{args.host}:{args.port} "
           f"(batching {'off' if args.no_batching else f'<= {args.max_batch} texts, {args.max_wait_ms} ms'}"
           f"{', API key required' if api_key else ''}; embedding cache {cache or 'off'})", flush=True)
-    uvicorn.run(app, host=args.host, port=args.port, log_level="warning")
+    uvicorn.Server(server.config(app, limits, args.host, args.port, log_level="warning")).run()
     return 0
 
 

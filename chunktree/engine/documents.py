@@ -44,7 +44,7 @@ from importlib import resources
 from pathlib import Path
 from typing import IO, Any
 
-from chunktree.checks import InvalidValueError, MissingExtraError, integer, json_loads
+from chunktree.checks import InvalidValueError, MissingExtraError, integer, json_loads, visible
 from chunktree.engine import roff
 
 log = logging.getLogger(__name__)
@@ -275,7 +275,7 @@ def _read(path: Path, left: int, budget: int, in_folder: bool) -> tuple[list[Doc
         return [_read_pdf(path, data)], len(data)
     text = _decode(path, data)
     source = _shown(path)
-    if kind != "jsonl" and not _visible(text):
+    if kind != "jsonl" and not visible(text):
         raise NotText(f"{path}: holds no visible text (only spaces, zero-width or control characters)")
     if kind == "jsonl":
         return _read_jsonl(source, text.splitlines()), len(data)
@@ -283,7 +283,7 @@ def _read(path: Path, left: int, budget: int, in_folder: bool) -> tuple[list[Doc
         return [_read_html(path, text)], len(data)
     if kind == "text" and roff.looks_like_roff(text):
         page, headings = roff.to_text(text)
-        if not _visible(page):
+        if not visible(page):
             raise NotText(f"{path}: man page without text (only requests, such as a .so link to another page)")
         return [_text_document(source, page, "text", headings=headings)], len(data)
     if kind == "rst":
@@ -359,14 +359,6 @@ def _check_text(path: Path, data: bytes) -> None:
         raise NotText(f"{path}: binary (over 10% control characters)")
 
 
-# Any character a reader sees: not a space, a zero-width or direction mark, or a control character.
-_VISIBLE = re.compile(r"[^\s\x00-\x1f\x7f-\x9f\u00ad\u180e\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufeff\ufff9-\ufffb]")
-
-
-def _visible(text: str) -> bool:
-    return _VISIBLE.search(text) is not None
-
-
 def _shown(path: Path) -> str:
     """The path as a document's source: bytes of a name that are not UTF-8 as ``\\xff`` and control
     characters (a newline in a name) escaped, so that every output can hold it."""
@@ -397,7 +389,7 @@ def _decode(path: Path, data: bytes) -> str:
 
 def _text_document(source: str, text: str, kind: str, meta: dict[str, Any] | None = None,
                    headings: tuple[tuple[int, str], ...] = ()) -> Document:
-    if not _visible(text):
+    if not visible(text):
         raise DocumentError(f"{source}: holds no text")
     if kind == "markdown":
         headings = _markdown_headings(text)

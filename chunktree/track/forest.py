@@ -216,8 +216,12 @@ def check_document(data: dict[str, Any], dim: int) -> tuple[list[Node], np.ndarr
             raise ForestFileError(f"trees[{t_id}]: must have exactly one root, its first node")
         if t.get("anchor") not in members:
             raise ForestFileError(f"trees[{t_id}].anchor: {t.get('anchor')!r:.60} is not one of its nodes")
-        if not _int(t.get("last_turn")) or not _int(t.get("branches")) or t["branches"] < 1:
-            raise ForestFileError(f"trees[{t_id}]: last_turn and branches must be integers (branches >= 1)")
+        if not _int(t.get("last_turn")) or not _int(t.get("branches")) or not 1 <= t["branches"] <= len(members):
+            raise ForestFileError(f"trees[{t_id}]: last_turn and branches must be integers (branches 1 to its "
+                                  f"{len(members)} nodes)")
+        if not members[-1] <= t["last_turn"] < len(nodes):
+            raise ForestFileError(f"trees[{t_id}].last_turn: {t['last_turn']!r:.60}; must be a turn from its newest "
+                                  f"node {members[-1]} to the forest's last, {len(nodes) - 1}")
     current = data.get("current")
     if (current is None) != (not nodes) or (current is not None and (not _int(current) or not 0 <= current < len(nodes))):
         raise ForestFileError(f"current: {current!r:.60} must be a node id below {len(nodes)} (null only when empty)")
@@ -740,6 +744,8 @@ class Forest:
         for key, kind in (("model", str), ("thresholds", dict), ("summary_tokens", int)):
             if not isinstance(data.get(key), kind):
                 raise ForestFileError(f"{key}: missing or not a {kind.__name__} ({data.get(key)!r:.60})")
+        if not 1 <= data["summary_tokens"] <= 2**31:
+            raise ForestFileError(f"summary_tokens: {data['summary_tokens']!r:.60}; must be from 1 to 2**31")
         try:
             thresholds = Thresholds(**data["thresholds"])
         except (TypeError, ValueError) as exc:

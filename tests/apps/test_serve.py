@@ -15,7 +15,7 @@ import uvicorn
 from strict_json import loads as strict_loads
 
 from chunktree import order, select
-from chunktree.apps.serve import Limits, create_app
+from chunktree.apps.serve import Limits, create_app, server
 
 
 @pytest.fixture(autouse=True)
@@ -37,10 +37,12 @@ def free_port():
 
 
 class Served:
-    def __init__(self, app):
+    """``app`` on a real uvicorn server on loopback, configured as ``chunktree serve`` runs it."""
+
+    def __init__(self, app, limits=None):
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        self.server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=self.port, log_level="error"))
+        self.server = uvicorn.Server(server.config(app, limits or Limits(), "127.0.0.1", self.port, log_level="error"))
         self.thread = threading.Thread(target=self.server.run, daemon=True)
 
     def __enter__(self):
@@ -263,7 +265,7 @@ def test_select_equals_library(service, embedder):
     ("/v1/embeddings", ["not", "an", "object"], 422, "must be a JSON object; got list"),
     ("/v1/order", {"texts": SENTENCES, "strategy": "zigzag"}, 422, "strategy must be one of"),
     ("/v1/order", {"texts": SENTENCES, "root": 99}, 422, "root (a chunk index) must be in [0, 3]; got 99"),
-    ("/v1/order", {"texts": SENTENCES, "query": " "}, 422, "query must not be empty"),
+    ("/v1/order", {"texts": SENTENCES, "query": " "}, 422, "query must hold visible text"),
     ("/v1/order", {"texts": SENTENCES, "strategy": "dense"}, 422, "needs a query"),
     ("/v1/select", {"texts": SENTENCES}, 422, "'k' (the number of clusters) is required"),
     ("/v1/select", {"texts": SENTENCES, "k": 9}, 422, "k must be in [1, n_chunks=4]; got 9"),
@@ -625,7 +627,7 @@ def test_conversations_place_turns_as_the_library_does(embedder):
 @pytest.mark.parametrize("path, payload, status, message", [
     ("/v1/conversations", {"id": "../etc"}, 422, "a conversation id is a string of 1-64 letters, digits"),
     ("/v1/conversations/nope/turns", {"user": "hello"}, 404, "no conversation 'nope'"),
-    ("/v1/conversations/t1/turns", {"user": "  "}, 422, "'user' must be a non-empty string"),
+    ("/v1/conversations/t1/turns", {"user": "  "}, 422, "'user' must be a string with visible text"),
     ("/v1/conversations/t1/turns", {"user": "x" * 501}, 422, "'user' has 501 characters; the limit is max_chars=500"),
     ("/v1/conversations/t1/turns", {"user": "hi", "budget_tokens": 0}, 422, "'budget_tokens' must be a positive int"),
 ])
@@ -658,7 +660,7 @@ def test_conversations_are_bounded_evicted_and_kept_on_disk(embedder, tmp_path):
         after = HTTP.get(s.url + "/v1/conversations/kept").json()
         assert after["turns"] == 3 and [first[0]["decision"]["action"], first[1]["decision"]["action"]] == [
             "new_topic", "continue"]
-    assert sorted(p.name for p in folder.iterdir()) == ["kept.json", "kept.json.journal", "other.json"]
+    assert sorted(p.name for p in folder.iterdir()) == [".chunktree.lock", "kept.json", "kept.json.journal", "other.json"]
 
 
 class SlowEmbedder:
@@ -825,10 +827,11 @@ def test_conversations_use_the_decider_the_server_was_given(embedder, tmp_path, 
     ("/v1/order", {"texts": SENTENCES, "query": "x" * 501}, 422, "'query' has 501 characters; the limit is max_chars=500"),
     ("/v1/order", {"texts": SENTENCES, "strategy": "x" * 19_000}, 422, "strategy must be one of"),
     ("/v1/embeddings", {"input": "a", "model": "m" * 19_000}, 404, "is not served here"),
-    ("/v1/select", {"texts": SENTENCES, "k": 2, "seed": 2**70}, 422, "seed must be in [0, 9223372036854775807]"),
+    ("/v1/select", {"texts": SENTENCES, "k": 2, "seed": 2**70}, 422, "'seed' is out of range: an integer of 22 digits"),
     ("/v1/order", {"vectors": [[0.0, 0.0], [1.0, 0.0]]}, 422, "'vectors[0]' is all zeros"),
     ("/v1/order", {"vectors": [[1.0, 0.0]], "query": "whale"}, 422, "'vectors' have 2 dims"),
-    ("/v1/select", {"texts": SENTENCES, "k": 10**30}, 422, "k must be in [1, n_chunks=4]"),
+    ("/v1/select", {"texts": SENTENCES, "k": 10**30}, 422, "'k' is out of range: an integer of 31 digits"),
+    ("/v1/select", {"texts": SENTENCES, "k": 10**9}, 422, "k must be in [1, n_chunks=4]"),
     ("/v1/conversations/t1/turns", {"user": {"nested": ["x"]}}, 422, "'user' must be str; got dict"),
     ("/v1/conversations/t1/turns", {"user": "hi", "budget_tokens": 1e30}, 422, "'budget_tokens' must be a positive int"),
 ])
@@ -869,3 +872,187 @@ def test_concurrent_turns_on_one_conversation_each_get_a_turn_of_their_own(servi
     assert sorted(r.json()["turn"] for r in answers) == list(range(8))  # no turn lost, none twice
     forest = HTTP.get(service.url + "/v1/conversations/crowd").json()
     assert forest["turns"] == 8 and sorted(node["user"] for node in forest["forest"]["nodes"]) == sorted(texts)
+
+
+# -- the hostile round: one writer per folder, slow and greedy clients, shutdown, odd values --
+
+def test_a_second_server_on_one_conversations_folder_is_refused(embedder, tmp_path):
+    """The hostile round's NH-1: two servers on one folder both acknowledged turns, and a restart
+    kept only some of them. The lock is an flock, so another process sees it too."""
+    import subprocess
+    import sys
+
+    from chunktree.checks import InvalidValueError
+
+    folder = tmp_path / "conversations"
+    with Served(create_app(embedder, conversations_dir=folder)) as s:
+        with pytest.raises(InvalidValueError, match=r"conversations is in use by chunktree serve \(pid \d+"):
+            create_app(embedder, conversations_dir=folder)
+        HTTP.post(s.url + "/v1/conversations", json={"id": "shared"})
+        for i in range(4):
+            assert HTTP.post(s.url + "/v1/conversations/shared/turns", json={"user": f"turn {i} about bread?"}
+                             ).status_code == 200
+        other = subprocess.run([sys.executable, "-m", "chunktree", "serve", "--conversations", str(folder),
+                                "--port", str(free_port())], capture_output=True, text=True, timeout=120)
+        assert other.returncode == 2 and "is in use by chunktree serve" in other.stderr
+    with Served(create_app(embedder, conversations_dir=folder)) as s:  # released at shutdown; all 4 kept
+        assert HTTP.get(s.url + "/v1/conversations/shared").json()["turns"] == 4
+
+
+@pytest.fixture(scope="module")
+def guarded(embedder):
+    limits = Limits(max_header_kb=16, header_timeout_s=1.0, body_timeout_s=1.0, max_connections=20)
+    with Served(create_app(embedder, limits=limits), limits) as s:
+        yield s
+
+
+def _raw(port):
+    return socket.create_connection(("127.0.0.1", port), timeout=10)
+
+
+def _answer(sock):
+    data = b""
+    while chunk := sock.recv(65536):
+        data += chunk
+    return data
+
+
+def test_a_request_head_past_the_limit_is_431_and_others_are_served(guarded):
+    sock = _raw(guarded.port)
+    sock.sendall(b"GET /v1/models HTTP/1.1\r\nHost: x\r\nX-Big: ")
+    try:
+        for _ in range(64):  # 4 MiB of one header, as fast as the server takes it
+            sock.sendall(b"a" * 65536)
+    except (BrokenPipeError, ConnectionResetError):
+        pass  # refused part way: what the test wants
+    answer = _answer(sock)
+    assert answer.startswith(b"HTTP/1.1 431 ") and b"longer than 16 KiB" in answer
+    with httpx.Client(timeout=5.0) as fresh:
+        assert fresh.get(guarded.url + "/health").status_code == 200
+
+
+@pytest.mark.parametrize("sent", [b"", b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\n",
+                                  b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{"])
+def test_a_request_sent_too_slowly_is_408_and_closed(guarded, sent):
+    sock = _raw(guarded.port)
+    sock.sendall(sent)
+    answer = _answer(sock)  # returns when the server closes; a server without deadlines would hold it
+    assert answer.startswith(b"HTTP/1.1 408 ") and b"did not arrive within 1 s" in answer
+
+
+def test_connections_past_the_limit_are_503_and_the_rest_still_served(guarded):
+    held = [_raw(guarded.port) for _ in range(20)]
+    try:
+        extra = [_raw(guarded.port) for _ in range(5)]
+        answers = [_answer(s) for s in extra]
+        assert all(a.startswith(b"HTTP/1.1 503 ") and b"too many open connections" in a for a in answers)
+    finally:
+        for s in held:
+            s.close()
+    with httpx.Client(timeout=5.0) as fresh:
+        for _ in range(100):  # the server sees the closes on its next turns of the loop
+            if fresh.get(guarded.url + "/health").status_code == 200:
+                break
+            time.sleep(0.05)
+        assert fresh.get(guarded.url + "/health").status_code == 200
+
+
+def test_sigterm_ends_the_server_while_a_client_holds_a_body_open(tmp_path):
+    """The hostile round's NH-15: a client that never finished its body kept the process alive."""
+    import signal
+    import subprocess
+    import sys
+
+    port = free_port()
+    server_process = subprocess.Popen([sys.executable, "-m", "chunktree", "serve", "--port", str(port), "--no-cache",
+                                       "--body-timeout", "600", "--shutdown-timeout", "1"],
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if HTTP.get(f"http://127.0.0.1:{port}/health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                time.sleep(0.1)
+        sock = _raw(port)
+        sock.sendall(b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n{")
+        time.sleep(0.2)
+        server_process.send_signal(signal.SIGTERM)
+        assert server_process.wait(timeout=30) in (0, -signal.SIGTERM)  # uvicorn re-raises the signal it handled
+        sock.close()
+    finally:
+        server_process.kill()
+        server_process.wait()
+
+
+def test_loading_a_conversation_leaves_the_event_loop_free(embedder, tmp_path, monkeypatch):
+    """A long conversation takes seconds to load (NH-16): /health is answered while it loads."""
+    from chunktree.track import Forest
+
+    folder = tmp_path / "conversations"
+    with Served(create_app(embedder, conversations_dir=folder)) as s:
+        HTTP.post(s.url + "/v1/conversations", json={"id": "long"})
+        HTTP.post(s.url + "/v1/conversations/long/turns", json={"user": "Why did Ahab hunt the whale?"})
+    loading, loaded = threading.Event(), threading.Event()
+    real_load = Forest.load.__func__
+
+    def slow_load(cls, *args, **kwargs):  # stands in for a file of 100,000 turns
+        loading.set()
+        time.sleep(3)
+        forest = real_load(cls, *args, **kwargs)
+        loaded.set()
+        return forest
+
+    monkeypatch.setattr(Forest, "load", classmethod(slow_load))
+    with Served(create_app(embedder, conversations_dir=folder)) as s:
+        reader = threading.Thread(target=lambda: HTTP.get(s.url + "/v1/conversations/long", timeout=30))
+        reader.start()
+        assert loading.wait(10)
+        assert HTTP.get(s.url + "/health").status_code == 200
+        assert not loaded.is_set()  # answered while the load was still running
+        reader.join()
+        assert loaded.is_set()
+
+
+@pytest.mark.parametrize("payload", [
+    {"vectors": [[int("9" * 4000), 1], [1, 2]]},
+    {"texts": ["a b", "c d"], "k": 1, "per_cluster": 10**30},
+    {"texts": ["a b", "c d"], "k": 1, "seed": -(10**20)},
+])
+def test_integers_past_64_bits_are_422(service, payload):
+    path = "/v1/order" if "vectors" in payload else "/v1/select"
+    r = HTTP.post(service.url + path, json=payload)
+    assert r.status_code == 422, r.text
+    assert "digits" in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("text", ["\u200b\u200b", "\ufeff", "\u0000", "\u0001\u0002", "\u202e \u200f"])
+def test_texts_of_only_invisible_characters_are_422(service, text):
+    r = HTTP.post(service.url + "/v1/embeddings", json={"input": ["fine text", text]})
+    assert r.status_code == 422 and "input[1]" in r.json()["error"]["message"]
+    assert "zero-width or control characters" in r.json()["error"]["message"]
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda d: d["trees"][0].update(last_turn=-10**30), "trees[0].last_turn"),
+    (lambda d: d["trees"][0].update(last_turn=2**63), "trees[0].last_turn"),
+    (lambda d: d.update(summary_tokens=0), "summary_tokens: 0"),
+])
+def test_a_damaged_conversation_file_is_500_without_the_servers_paths(embedder, tmp_path, damage, message):
+    folder = tmp_path / "conversations"
+    with Served(create_app(embedder, conversations_dir=folder)) as s:
+        HTTP.post(s.url + "/v1/conversations", json={"id": "bad"})
+        HTTP.post(s.url + "/v1/conversations/bad/turns", json={"user": "Why did Ahab hunt the whale?"})
+    from chunktree.track import Forest
+
+    Forest.load(folder / "bad.json", embedder).save(folder / "bad.json")  # the turn out of the journal
+    data = json.loads((folder / "bad.json").read_text(encoding="utf-8"))
+    damage(data)
+    (folder / "bad.json").write_text(json.dumps(data), encoding="utf-8")
+    with Served(create_app(embedder, conversations_dir=folder)) as s:
+        for r in (HTTP.get(s.url + "/v1/conversations/bad"),
+                  HTTP.post(s.url + "/v1/conversations/bad/turns", json={"user": "and then?"})):
+            error = r.json()["error"]["message"]
+            assert r.status_code == 500 and message in error and "bad.json" in error
+            assert str(tmp_path) not in error

@@ -190,7 +190,7 @@ def test_texts_are_embedded(embedder):
     ({"root": 3}, ValueError, r"root \(a chunk index\) must be in \[0, 2\]; got 3"),
     ({"root": -1}, ValueError, r"root \(a chunk index\) must be in \[0, 2\]; got -1"),
     ({"root": True}, TypeError, r"root \(a chunk index\) must be an int; got True"),
-    ({"query": ""}, ValueError, "query must not be empty"),
+    ({"query": ""}, ValueError, "query must hold visible text"),
     ({"seed": -1}, ValueError, r"seed must be in \[0, 9223372036854775807\]; got -1"),
     ({"strategy": "dense"}, ValueError, "needs a query"),
 ])

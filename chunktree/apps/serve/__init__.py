@@ -4,7 +4,8 @@
 - ``service``: what the endpoints share (the model, the batcher, limits, metrics);
 - ``routes``: the endpoints, each returning the library result's ``to_dict()``;
 - ``batcher``: the micro-batcher that coalesces concurrent requests into model calls;
-- ``http``: the limits, the OpenAI error shape, reading request bodies.
+- ``http``: the limits, the OpenAI error shape, reading request bodies;
+- ``server``: uvicorn with the connection limits (head size, slow clients, connection count, shutdown).
 """
 
 from chunktree.apps.serve.app import create_app

@@ -26,6 +26,7 @@ import chunktree.apps.serve.routes as routes
 from chunktree.apps.serve.http import HTTPError, Limits, read_json
 from chunktree.apps.serve.service import Service
 from chunktree.checks import InvalidValueError, require
+from chunktree.files import FolderLock
 
 log = logging.getLogger(__name__)
 
@@ -41,14 +42,15 @@ def create_app(embedder: Any = None, *, model: str | None = None, api_key: str |
                limits: Limits | None = None, metrics_public: bool = False,
                conversations_dir: str | os.PathLike[str] | None = None, decider: Any = None,
                cache: str | os.PathLike[str] | None = None) -> Any:
-    """The ASGI app. ``embedder`` (or an ``Embedder(model)``, or the default model, loaded at
-    startup) is warmed up before ``/health`` reports ready. ``metrics_public`` leaves ``/metrics``
-    open when an ``api_key`` is required. ``conversations_dir`` keeps every conversation's forest
-    on disk (see ``conversations``). ``decider`` places every conversation's turns, as ``Forest``
-    takes it (None: the shipped learned decider; ``"thresholds"``; a ``LearnedDecider`` or the
-    path of a decider file, read here so that a bad one fails before the server starts). ``cache``:
-    an SQLite embedding cache file (``EmbeddingCache``) that every endpoint embeds through; None:
-    no cache."""
+    """The ASGI app. ``embedder`` (or an ``Embedder(model)``, or the default model, loaded at startup)
+    is warmed up before ``/health`` reports ready. ``metrics_public`` leaves ``/metrics`` open when
+    an ``api_key`` is required. ``conversations_dir`` keeps every conversation's forest on disk (see
+    ``conversations``); the app holds the folder's lock (``files.FolderLock``) from here to its
+    shutdown, so a second app or server on the folder is refused. ``decider`` places every
+    conversation's turns, as ``Forest`` takes it (None: the shipped learned decider;
+    ``"thresholds"``; a ``LearnedDecider`` or the path of a decider file, read here so that a bad
+    one fails before the server starts). ``cache``: an SQLite embedding cache file
+    (``EmbeddingCache``) that every endpoint embeds through; None: no cache."""
     require("starlette", "serve", "chunktree serve")
     orjson = require("orjson", "serve", "chunktree serve")
     from starlette.applications import Starlette
@@ -56,17 +58,17 @@ def create_app(embedder: Any = None, *, model: str | None = None, api_key: str |
     from starlette.responses import JSONResponse, Response
     from starlette.routing import Route
 
-    folder = None
+    folder, lock = None, None
     if conversations_dir is not None:
         folder = Path(conversations_dir)
         try:
             folder.mkdir(parents=True, exist_ok=True)
-            probe = folder / ".chunktree-write-check"
-            probe.write_bytes(b"")  # a folder the server cannot write is refused at startup, not turn by turn
-            probe.unlink()
         except OSError as exc:
             raise InvalidValueError(f"conversations_dir {folder}: cannot create it or write in it "
                                     f"({exc.strerror or exc})") from None
+        # One server per folder: a second one is refused here, before it acknowledges a turn that the
+        # first would not see (its lock file is also the check that the folder can be written).
+        lock = FolderLock(folder, "chunktree serve")
     from chunktree.engine.cache import EmbeddingCache
     from chunktree.track.forest import load_decider
 
@@ -81,9 +83,13 @@ def create_app(embedder: Any = None, *, model: str | None = None, api_key: str |
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Any) -> Any:
-        await service.start()
-        yield
-        await service.stop()
+        try:
+            await service.start()
+            yield
+            await service.stop()
+        finally:
+            if lock is not None:
+                lock.release()
 
     def authorise(request: Request) -> None:
         if service.api_key is not None and request.headers.get("authorization") != f"Bearer {service.api_key}":

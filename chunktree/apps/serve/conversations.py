@@ -80,8 +80,10 @@ class Conversations:
         self._hold(conversation_id, forest)
         return conversation_id, forest
 
-    def get(self, conversation_id: str, load: Any) -> Any:
-        """The forest of ``conversation_id`` (loaded from the folder when it is not held), or 404."""
+    async def get(self, conversation_id: str, load: Any) -> Any:
+        """The forest of ``conversation_id`` (loaded from the folder when it is not held, in a worker
+        thread: a long conversation takes a second or more to read, and the event loop serves
+        everyone else meanwhile), or 404."""
         self.check_id(conversation_id)
         if conversation_id in self._forests:
             self._forests.move_to_end(conversation_id)
@@ -90,7 +92,7 @@ class Conversations:
         if path is None or not path.is_file():
             raise HTTPError(404, f"no conversation {conversation_id!r} (never made, deleted, or evicted without "
                                  "a --conversations folder)", "id", code="conversation_not_found")
-        forest = load(path)
+        forest = await asyncio.to_thread(load, path)
         self._hold(conversation_id, forest)
         return forest
 

@@ -9,7 +9,7 @@ from typing import Any
 
 import numpy as np
 
-from chunktree.checks import InvalidTypeError, InvalidValueError, number, positive_int, unicode
+from chunktree.checks import InvalidTypeError, InvalidValueError, number, positive_int, unicode, visible
 
 # OpenAI's error ``type`` for each status the service answers with.
 ERROR_TYPES = {
@@ -17,9 +17,11 @@ ERROR_TYPES = {
     401: "authentication_error",
     404: "not_found_error",
     405: "invalid_request_error",
+    408: "invalid_request_error",
     409: "invalid_request_error",
     413: "request_too_large",
     422: "invalid_request_error",
+    431: "invalid_request_error",
     429: "rate_limit_error",
     500: "server_error",
     503: "server_error",
@@ -55,6 +57,16 @@ class Limits:
         topic forests held in memory; the least recently used is evicted past it.
     max_turns
         turns per conversation.
+    max_header_kb
+        KiB per request head (request line and headers); more is answered 431 (``server``).
+    header_timeout_s, body_timeout_s
+        the longest a client may take to send a request's head (from connecting, or from its
+        first byte on a kept-alive connection) and its body (from the end of the head); 408 past it.
+    max_connections
+        connections open at once; a further one is answered 503 and closed. Lowered to fit under
+        the process's descriptor limit.
+    shutdown_timeout_s
+        on SIGTERM, the longest requests in flight are waited for.
     """
 
     max_texts: int = 256
@@ -68,14 +80,19 @@ class Limits:
     batching: bool = True
     max_conversations: int = 1000
     max_turns: int = 10_000
+    max_header_kb: int = 64
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 60.0
+    max_connections: int = 1000
+    shutdown_timeout_s: float = 10.0
 
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
             if f.name == "max_wait_ms":
                 number(value, "max_wait_ms", 0.0)
-            elif f.name == "queue_timeout_s":
-                number(value, "queue_timeout_s", 0.0, low_open=True)
+            elif f.name.endswith("_timeout_s"):
+                number(value, f.name, 0.0, low_open=True)
             elif f.name == "batching":
                 if not isinstance(value, bool):
                     raise InvalidTypeError(f"batching must be a bool; got {value!r}")
@@ -152,8 +169,9 @@ def texts_field(body: dict[str, Any], field: str, limits: Limits, allow_single: 
         raise HTTPError(422, f"'{field}' must not be empty", field)
     _count_limit(field, len(value), "texts", getattr(limits, limit), limit)
     for i, text in enumerate(value):
-        if not text.strip():
-            raise HTTPError(422, f"'{field}[{i}]' is {'an empty string' if not text else 'only whitespace'}", field)
+        if not visible(text):
+            what = "an empty string" if not text else "only whitespace, zero-width or control characters"
+            raise HTTPError(422, f"'{field}[{i}]' is {what}", field)
         if len(text) > limits.max_chars:
             raise HTTPError(422, f"'{field}[{i}]' has {len(text)} characters; the limit is "
                                  f"max_chars={limits.max_chars}", field)
@@ -183,7 +201,13 @@ def vectors_field(body: dict[str, Any], field: str, limits: Limits) -> np.ndarra
     if not set(map(type, itertools.chain.from_iterable(value))) <= {int, float}:  # bool and str are not numbers
         i, j, v = next((i, j, v) for i, row in enumerate(value) for j, v in enumerate(row) if type(v) not in (int, float))
         raise HTTPError(422, f"'{field}[{i}][{j}]' must be a number; got {type(v).__name__}", field)
-    x = np.array(value, dtype=np.float64)
+    try:
+        x = np.array(value, dtype=np.float64)
+    except OverflowError:  # an integer past float64's range
+        i, j, v = next((i, j, v) for i, row in enumerate(value) for j, v in enumerate(row)
+                       if isinstance(v, int) and abs(v) > float(np.finfo(np.float32).max))
+        raise HTTPError(422, f"'{field}[{i}][{j}]' must be a finite float32 number; got an integer of "
+                             f"{len(str(abs(v)))} digits", field) from None
     zero = np.flatnonzero(~x.any(axis=1))
     if zero.size:
         raise HTTPError(422, f"'{field}[{zero[0]}]' is all zeros: a vector needs a direction for cosine similarity "
@@ -202,4 +226,7 @@ def optional_field(body: dict[str, Any], field: str, kind: type | tuple[type, ..
     if value is not None and (not isinstance(value, kind) or is_bool_for_int):
         names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
         raise HTTPError(422, f"'{field}' must be {names}; got {type(value).__name__}", field)
+    if isinstance(value, int) and not isinstance(value, bool) and not -2**63 <= value < 2**63:
+        raise HTTPError(422, f"'{field}' is out of range: an integer of {len(str(abs(value)))} digits; the API takes "
+                             "64-bit integers", field)
     return value

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import contextlib
+import logging
 from typing import Any
 
 import numpy as np
@@ -35,9 +36,11 @@ import numpy as np
 from chunktree.apps.serve.batcher import BatchedEmbedder, Overloaded, QueueTimeout
 from chunktree.apps.serve.http import HTTPError, optional_field, texts_field, vectors_field
 from chunktree.apps.serve.service import Service
-from chunktree.checks import ChunktreeError, InvalidValueError, unicode
+from chunktree.checks import ChunktreeError, InvalidValueError, unicode, visible
 from chunktree.engine.order import DEFAULT_STRATEGY, order
 from chunktree.engine.select import select
+
+log = logging.getLogger(__name__)
 
 
 def _refused(exc: Overloaded | QueueTimeout) -> HTTPError:
@@ -190,8 +193,10 @@ def _load(service: Service) -> Any:
     def load(path: Any) -> Any:
         try:
             return Forest.load(path, service.embedder, decider=service.decider)
-        except ForestFileError as exc:
-            raise HTTPError(500, f"a saved conversation cannot be read: {exc}") from None
+        except (ForestFileError, InvalidValueError) as exc:  # damage on the server's side: 500, without its paths
+            log.error("saved conversation %s cannot be read: %s", path, exc)
+            raise HTTPError(500, f"the saved conversation cannot be read: {str(exc).replace(str(path), path.name)}; "
+                                 "the server's log names the file") from None
 
     return load
 
@@ -226,8 +231,8 @@ def _query(service: Service, value: Any) -> str | None:
     """``query``: None, or a non-empty string the service can embed."""
     if value is None:
         return None
-    if not isinstance(value, str) or not value.strip():
-        raise HTTPError(422, f"'query' must be a non-empty string; got {value!r:.80}", "query")
+    if not isinstance(value, str) or not visible(value):
+        raise HTTPError(422, f"'query' must be a string with visible text; got {value!r:.80}", "query")
     _check_text(service, value, "query")
     return value
 
@@ -263,8 +268,9 @@ async def add_turn(service: Service, body: dict[str, Any], params: dict[str, str
     """Place a turn; the decision and the context for the next turn (within ``budget_tokens``)."""
     conversation_id = params["id"]
     user = optional_field(body, "user", str, None)
-    if user is None or not user.strip():
-        raise HTTPError(422, "'user' must be a non-empty string", "user")
+    if user is None or not visible(user):
+        raise HTTPError(422, "'user' must be a string with visible text (not only spaces, zero-width or control "
+                             "characters)", "user")
     assistant = optional_field(body, "assistant", str, None)
     for name, value in (("user", user), ("assistant", assistant)):
         _check_text(service, value, name)
@@ -272,7 +278,7 @@ async def add_turn(service: Service, body: dict[str, Any], params: dict[str, str
     expected = optional_field(body, "turn", int, None)
     conversations = service.conversations
     async with conversations.locked(conversation_id):
-        forest = conversations.get(conversation_id, _load(service))
+        forest = await conversations.get(conversation_id, _load(service))
         if expected is not None and expected != len(forest.nodes):  # a retry of a turn already kept, or out of order
             held = len(forest.nodes)
             known = f"; turn {expected} is {forest.nodes[expected].user!r:.80}" if 0 <= expected < held else ""
@@ -298,7 +304,7 @@ async def add_turn(service: Service, body: dict[str, Any], params: dict[str, str
 async def get_conversation(service: Service, body: dict[str, Any], params: dict[str, str]) -> Any:
     conversations = service.conversations
     async with conversations.locked(params["id"]):  # never a forest half way through a turn, nor a stale reload
-        forest = conversations.get(params["id"], _load(service))
+        forest = await conversations.get(params["id"], _load(service))
 
         def read() -> dict[str, Any]:
             data = {k: v for k, v in forest.to_dict().items() if k != "vectors"}
@@ -311,7 +317,7 @@ async def _context(service: Service, conversation_id: str, budget: int | None, q
     """The context for the next turn, or for ``query`` (embedded through the micro-batcher)."""
     conversations = service.conversations
     async with conversations.locked(conversation_id):
-        forest = conversations.get(conversation_id, _load(service))
+        forest = await conversations.get(conversation_id, _load(service))
         context = await _on_forest(service, forest, lambda: forest.context(budget, query=query))
     return {"id": conversation_id, "context": context.to_dict()}
 
