@@ -667,8 +667,8 @@ def _embedded(args: argparse.Namespace) -> tuple[np.ndarray, list[Any] | None]:
         with chunks_path.open(encoding="utf-8") as f:
             for line_no, line in enumerate(f, 1):
                 try:
-                    chunks.append(Chunk(**json_loads(line)))
-                except (ValueError, TypeError) as exc:
+                    chunks.append(Chunk.from_dict(json_loads(line)))
+                except ValueError as exc:
                     raise InvalidValueError(f"--chunks {chunks_path}:{line_no}: not a chunk row ({exc})") from None
     except OSError as exc:
         raise InvalidValueError(f"--chunks {chunks_path}: cannot read it ({exc.strerror or exc})") from None

@@ -88,6 +88,34 @@ class Chunk:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    @classmethod
+    def from_dict(cls, row: Any) -> Chunk:
+        """A chunk from ``to_dict``'s data (a line of an ``embed`` output's ``.jsonl``), each field's
+        type checked: ``InvalidValueError`` names the first one that is wrong."""
+        if not isinstance(row, dict):
+            raise InvalidValueError(f"a chunk must be a JSON object; got {type(row).__name__}")
+        for name, (kind, optional) in _FIELD_TYPES.items():
+            if name not in row:
+                if optional:
+                    continue
+                raise InvalidValueError(f"field {name!r} is missing")
+            value = row[name]
+            if not ((isinstance(value, kind) and not isinstance(value, bool)) or (value is None and optional)):
+                allowed = kind.__name__ + (" or null" if optional else "")
+                raise InvalidValueError(f"field {name!r} must be {allowed}; got {value!r:.60}")
+        unknown = sorted(set(row) - set(_FIELD_TYPES))
+        if unknown:
+            raise InvalidValueError(f"unknown field(s) {unknown}; a chunk has {list(_FIELD_TYPES)}")
+        if not 0 <= row["start"] <= row["end"]:
+            raise InvalidValueError(f"start and end must satisfy 0 <= start <= end; got {row['start']}, {row['end']}")
+        return cls(**{**row, "meta": row.get("meta") or {}})
+
+
+# Each field of a chunk row: its type, and whether it may be null or left out.
+_FIELD_TYPES: dict[str, tuple[type, bool]] = {"id": (int, False), "text": (str, False), "source": (str, False),
+                                              "index": (int, False), "start": (int, False), "end": (int, False),
+                                              "page": (int, True), "heading": (str, True), "meta": (dict, True)}
+
 
 def chunk_documents(
     documents: Iterable[Document],

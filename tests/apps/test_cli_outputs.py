@@ -201,3 +201,23 @@ def test_a_file_name_that_is_not_utf8_gives_valid_utf8_outputs(tmp_path, cli):
     assert row["source"].endswith("bad\\xff\\xfe.md")
     r = cli("order", folder, "-q", "bread", "--no-cache", "--format", "json")
     assert r.returncode == 0 and "bad\\\\xff\\\\xfe.md" in r.stdout
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"text": 12345}, "field 'text' must be str; got 12345"),
+    ({"start": "abc"}, "field 'start' must be int; got 'abc'"),
+    ({"page": True}, "field 'page' must be int or null; got True"),
+    ({"start": 9, "end": 3}, "0 <= start <= end; got 9, 3"),
+    ({"colour": "blue"}, "unknown field(s) ['colour']"),
+])
+def test_a_chunks_file_with_wrong_types_is_named_by_line(tmp_path, cli, change, message):
+    """The hostile round's NH-26: a number as ``text`` was a traceback, a string as ``start`` printed."""
+    import numpy as np
+
+    (tmp_path / "a.txt").write_text("Whales are the largest animals that ever lived.", encoding="utf-8")
+    assert cli("embed", tmp_path / "a.txt", "-o", tmp_path / "x.npy", "--no-cache").returncode == 0
+    rows = [json.loads(line) for line in (tmp_path / "x.jsonl").read_text(encoding="utf-8").splitlines()]
+    (tmp_path / "x.jsonl").write_text("\n".join(json.dumps({**row, **change}) for row in rows) + "\n", encoding="utf-8")
+    r = cli("order", "--embeddings", tmp_path / "x.npy")
+    assert r.returncode == 2 and "x.jsonl:1: not a chunk row (" in r.stderr and message in r.stderr, r.stderr
+    assert np.load(tmp_path / "x.npy").shape[0] == len(rows)
