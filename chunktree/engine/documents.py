@@ -419,8 +419,15 @@ def _markdown_headings(text: str) -> tuple[tuple[int, str], ...]:
     return tuple(headings)
 
 
-# An underline (and optional overline) of one repeated punctuation character, at least as long as the title.
-_RST_ADORNMENT = re.compile(r"""^([=\-`:'"~^_*+#<>.])\1+\s*$""")
+_RST_PUNCTUATION = frozenset("=-`:'\"~^_*+#<>.")
+
+
+def _rst_adornment(line: str) -> bool:
+    """An underline (or overline): one punctuation character repeated, at least twice, then only
+    spaces. Counted, not matched by a backtracking pattern, so a long line that breaks the run at
+    its end costs one pass."""
+    body = line.rstrip()
+    return len(body) >= 2 and body[0] in _RST_PUNCTUATION and body.count(body[0]) == len(body)
 
 
 def _rst_headings(text: str) -> tuple[tuple[int, str], ...]:
@@ -434,7 +441,7 @@ def _rst_headings(text: str) -> tuple[tuple[int, str], ...]:
     for i in range(1, len(lines)):
         title = lines[i - 1].strip()
         under = lines[i].rstrip()
-        if (title and not _RST_ADORNMENT.match(title) and _RST_ADORNMENT.match(under)
+        if (title and not _rst_adornment(title) and _rst_adornment(under)
                 and len(under) >= len(title) and not lines[i - 1][:1].isspace()):
             headings.append((offsets[i - 1], title))
     return tuple(headings)
