@@ -116,6 +116,12 @@ class FolderLock:
         self.path = path
         self._fd: int | None = fd
 
+    def __enter__(self) -> FolderLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
     def release(self) -> None:
         if self._fd is not None:
             os.close(self._fd)  # closing the descriptor releases the lock

@@ -29,7 +29,7 @@ from chunktree.engine.order import DEFAULT_K, DEFAULT_STRATEGY, EXACT_MAX_N, MET
 from chunktree.engine.read.extractive import DEFAULT_MEMORY_WEIGHT
 from chunktree.engine.results import dumps
 from chunktree.engine.scale import DEFAULT_SIZES
-from chunktree.files import replacing, replacing_npy
+from chunktree.files import FolderLock, replacing, replacing_npy
 from chunktree.models.backends import BACKENDS, PRECISIONS
 from chunktree.models.embedder import DEFAULT_BATCH_SIZE, DEFAULT_BATCH_TOKENS
 from chunktree.models.registry import DEFAULT_MODEL, MODELS
@@ -888,41 +888,43 @@ def cmd_track(args: argparse.Namespace) -> int:
         files = {name: conversation_file(args.save, name) for name in conversations}
         for name, file in files.items():
             _check_output(args, file, "--save", f"(conversation {name!r}) ")
-    llm = None
-    if args.llm_base_url or args.llm_model:
-        from chunktree.engine.read import ChatClient
+    # one writer per folder, as the service's: a server or another run on it is refused before any work
+    with FolderLock(args.save, "chunktree track --save") if args.save is not None else contextlib.nullcontext():
+        llm = None
+        if args.llm_base_url or args.llm_model:
+            from chunktree.engine.read import ChatClient
 
-        llm = ChatClient(args.llm_base_url, args.llm_model)
-    embedder, cache = _embedder(args), _open_cache(args)
-    out: dict[str, Any] = {}
-    for name, turns in conversations.items():
-        forest = Forest(embedder, cache=cache, llm=llm, decider=args.decider)
-        decisions = []
-        for index, (user, assistant, _) in enumerate(turns):
-            d = forest.add(user, assistant)
-            decisions.append(d.to_dict())
-            if args.format == "jsonl":
-                print(dumps({"conversation": name, "turn": index, **d.to_dict()}))
-            elif args.format == "text":
-                fits = ", ".join(f"topic {c.tree} {c.fit:.2f}" for c in d.candidates[:3])
-                where = "a new tree" if d.parent is None else f"after #{d.parent}"
-                print(f"[{name}] turn {index}: {d.action} -> topic {d.tree}, {where} ({d.rule}"
-                      f"{'; fit ' + fits if fits else ''}){' [LLM asked]' if d.llm else ''}")
-        context = (forest.context(args.budget_tokens, query=args.query)
-                   if args.budget_tokens is not None or args.query is not None else None)
-        if args.save is not None:
-            forest.save(files[name])
-        if args.format == "text":
-            print(forest.show())
-            if context is not None:
-                print(f"context for {'the question' if args.query is not None else 'the next turn'}: {context.tokens} "
-                      f"tokens, {len(context.turns)} turns verbatim{', cut to the budget' if context.cut else ''}")
-                for node, why in zip(context.turns, context.why):
-                    print(f"  #{node}: {why}")
-                for m in context.messages:
-                    print(f"  {m['role']}: {_snippet(m['content'], 160)}")
-        out[name] = {"decisions": decisions, "forest": {k: v for k, v in forest.to_dict().items() if k != "vectors"},
-                     "context": None if context is None else context.to_dict()}
+            llm = ChatClient(args.llm_base_url, args.llm_model)
+        embedder, cache = _embedder(args), _open_cache(args)
+        out: dict[str, Any] = {}
+        for name, turns in conversations.items():
+            forest = Forest(embedder, cache=cache, llm=llm, decider=args.decider)
+            decisions = []
+            for index, (user, assistant, _) in enumerate(turns):
+                d = forest.add(user, assistant)
+                decisions.append(d.to_dict())
+                if args.format == "jsonl":
+                    print(dumps({"conversation": name, "turn": index, **d.to_dict()}))
+                elif args.format == "text":
+                    fits = ", ".join(f"topic {c.tree} {c.fit:.2f}" for c in d.candidates[:3])
+                    where = "a new tree" if d.parent is None else f"after #{d.parent}"
+                    print(f"[{name}] turn {index}: {d.action} -> topic {d.tree}, {where} ({d.rule}"
+                          f"{'; fit ' + fits if fits else ''}){' [LLM asked]' if d.llm else ''}")
+            context = (forest.context(args.budget_tokens, query=args.query)
+                       if args.budget_tokens is not None or args.query is not None else None)
+            if args.save is not None:
+                forest.save(files[name])
+            if args.format == "text":
+                print(forest.show())
+                if context is not None:
+                    print(f"context for {'the question' if args.query is not None else 'the next turn'}: {context.tokens} "
+                          f"tokens, {len(context.turns)} turns verbatim{', cut to the budget' if context.cut else ''}")
+                    for node, why in zip(context.turns, context.why):
+                        print(f"  #{node}: {why}")
+                    for m in context.messages:
+                        print(f"  {m['role']}: {_snippet(m['content'], 160)}")
+            out[name] = {"decisions": decisions, "forest": {k: v for k, v in forest.to_dict().items() if k != "vectors"},
+                         "context": None if context is None else context.to_dict()}
     if args.format == "json":
         print(dumps({"conversations": out}, indent=1))
     return 0

@@ -221,3 +221,36 @@ def test_a_chunks_file_with_wrong_types_is_named_by_line(tmp_path, cli, change, 
     r = cli("order", "--embeddings", tmp_path / "x.npy")
     assert r.returncode == 2 and "x.jsonl:1: not a chunk row (" in r.stderr and message in r.stderr, r.stderr
     assert np.load(tmp_path / "x.npy").shape[0] == len(rows)
+
+
+def test_track_save_is_refused_on_a_folder_another_process_writes(tmp_path, cli):
+    import subprocess
+    import sys
+
+    (tmp_path / "d.jsonl").write_text('{"user": "Why did my loaf not rise?"}\n', encoding="utf-8")
+    save = tmp_path / "save"
+    save.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", "import sys; from chunktree.files import FolderLock; "
+                               f"lock = FolderLock({str(save)!r}, 'chunktree serve'); print('held', flush=True); "
+                               "sys.stdin.read()"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        r = cli("track", tmp_path / "d.jsonl", "--save", save)
+        assert r.returncode == 2 and "is in use by chunktree serve (pid" in r.stderr
+        assert sorted(p.name for p in save.iterdir()) == [".chunktree.lock"]
+    finally:
+        holder.communicate("", timeout=30)
+    assert cli("track", tmp_path / "d.jsonl", "--save", save).returncode == 0
+
+
+def test_a_link_planted_at_a_forests_old_temporary_name_is_not_written_through(tmp_path, cli):
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious", encoding="utf-8")
+    (tmp_path / "d.jsonl").write_text('{"conversation": "ok1", "user": "Why did my loaf not rise?"}\n',
+                                      encoding="utf-8")
+    save = tmp_path / "save"
+    save.mkdir()
+    (save / "ok1.json.tmp").symlink_to(victim)
+    assert cli("track", tmp_path / "d.jsonl", "--save", save).returncode == 0
+    assert victim.read_text(encoding="utf-8") == "precious"
+    assert (save / "ok1.json").is_file() and not (save / "ok1.json").is_symlink()
