@@ -16,13 +16,19 @@ The requested ``model`` picks the behaviour:
 - ``summary``: answers "Summary of: " + the first 20 characters after "User: ".
 - hostile ones: ``retry-after-3600`` (503 asking to wait an hour), ``drip`` (a 200 whose body comes
   a byte every 0.2 s), ``silent`` (reads the request, answers nothing for 30 s), ``huge`` (a reply
-  of 64 MiB), ``nested`` (a reply nested 100,000 deep), ``content-list`` (content not a string).
+  of 64 MiB), ``nested`` (a reply nested 100,000 deep), ``content-list`` (content not a string),
+  ``gzip-bomb`` (a gzip-encoded reply that decodes to 64 MiB), ``redirect`` (302 to itself),
+  ``reset`` (the connection closed without an answer), ``content-null``, ``usage-odd`` (a usage
+  that is not token counts).
 """
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
+import socket
+import struct
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -111,6 +117,25 @@ class LLMServer:
                     return None
                 if model == "nested":
                     return self._send(200, '{"choices": ' + "[" * 100_000 + "]" * 100_000 + "}")
+                if model == "gzip-bomb":
+                    packed = gzip.compress(b" " * (64 << 20))
+                    self.send_response(200)
+                    self.send_header("Content-Encoding", "gzip")
+                    self.send_header("Content-Length", str(len(packed)))
+                    self.end_headers()
+                    self.wfile.write(packed)
+                    return None
+                if model == "redirect":
+                    return self._send(302, "{}", [("Location", self.path)])
+                if model == "reset":
+                    self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+                    self.connection.close()
+                    return None
+                if model == "content-null":
+                    return self._send(200, json.dumps({"choices": [{"message": {"content": None}}]}))
+                if model == "usage-odd":
+                    return self._send(200, json.dumps({"choices": [{"message": {"content": "fine"}}],
+                                                       "usage": {"prompt_tokens": "lots", "completion_tokens": [1]}}))
                 if model == "content-list":
                     return self._send(200, json.dumps({"choices": [{"message": {"content": [1, 2]}}]}))
                 if model == "slow":

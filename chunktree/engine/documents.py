@@ -44,7 +44,7 @@ from importlib import resources
 from pathlib import Path
 from typing import IO, Any
 
-from chunktree.checks import InvalidValueError, MissingExtraError, integer, json_loads, visible
+from chunktree.checks import InvalidValueError, MissingExtraError, integer, json_loads, unicode, visible
 from chunktree.engine import roff
 
 log = logging.getLogger(__name__)
@@ -133,7 +133,8 @@ def iter_documents(paths: Iterable[str | Path], include: Iterable[str] = (), exc
     skipped: list[str] = []
     left = max_bytes
     found = False
-    for path, in_folder in _expand(paths, include, exclude):
+    left_out: list[Path] = []
+    for path, in_folder in _expand(paths, include, exclude, left_out):
         try:
             docs, size = _read(path, left, max_bytes, in_folder)
         except NotText as exc:
@@ -152,28 +153,37 @@ def iter_documents(paths: Iterable[str | Path], include: Iterable[str] = (), exc
             log.info("skipped %s", reason)
     if not found:
         what = f"{len(skipped)} file(s) skipped, named above" if skipped else "no files found"
+        if left_out:
+            what += f", and {len(left_out)} left out by the include/exclude globs"
         raise DocumentError(f"no documents in {', '.join(map(str, paths))}: {what}; chunktree reads {READS}")
 
 
-def _expand(paths: Iterable[str | Path], include: list[str], exclude: list[str]) -> Iterator[tuple[Path, bool]]:
-    """Each file to read once, and whether it was found in a folder (not named directly)."""
+def _expand(paths: Iterable[str | Path], include: list[str], exclude: list[str],
+            left_out: list[Path] | None = None) -> Iterator[tuple[Path, bool]]:
+    """Each file to read once, and whether it was found in a folder (not named directly); the
+    files the globs leave out are appended to ``left_out``."""
     seen: set[tuple[int, int]] = set()
     any_path = False
     for raw in paths:
         any_path = True
         path = Path(raw)
+        try:
+            path.lstat()
+        except FileNotFoundError:
+            raise DocumentError(f"{path}: no such file or folder") from None
+        except OSError as exc:  # a name too long, a folder on the way that cannot be searched
+            raise DocumentError(f"{_shown(path)[:200]}: cannot be read ({exc.strerror or exc})") from None
         if path.is_dir():
             for file in _walk(path):
                 rel = file.relative_to(path).as_posix()
                 if (include and not _matches(rel, include)) or _matches(rel, exclude):
+                    if left_out is not None:
+                        left_out.append(file)
                     continue
                 if _first_time(file, seen):
                     yield file, True
-        elif path.exists() or path.is_symlink():
-            if _first_time(path, seen):
-                yield path, False
-        else:
-            raise DocumentError(f"{path}: no such file or folder")
+        elif _first_time(path, seen):  # a file, or a link that read_file names if it leads nowhere
+            yield path, False
     if not any_path:
         raise DocumentError("no input paths given")
 
@@ -464,8 +474,15 @@ def _read_jsonl(source: str, lines: list[str]) -> list[Document]:
         text = record.pop("text", None)
         if not isinstance(text, str):
             raise DocumentError(f"{where}: field 'text' must be a string; got {type(text).__name__}")
+        try:
+            unicode(text, "field 'text'")
+        except InvalidValueError as exc:
+            raise DocumentError(f"{where}: {exc}") from None
         # A generated id says where it came from, so it cannot be taken for an explicit "id": 3.
-        doc_id = str(record.pop("id", f"line-{lineno}"))
+        raw_id = record.pop("id", f"line-{lineno}")
+        if isinstance(raw_id, bool) or not isinstance(raw_id, (str, int)):
+            raise DocumentError(f"{where}: field 'id' must be a string or an integer; got {raw_id!r:.60}")
+        doc_id = str(raw_id)
         if doc_id in seen:
             raise DocumentError(f"{where}: duplicate id {doc_id!r}")
         seen.add(doc_id)

@@ -704,13 +704,19 @@ class Forest:
                                                  "branches": tree.branches},
                   "vector": base64.b64encode(self._vectors[node.id].astype("<f4").tobytes()).decode()}
         journal = _journal(path)
+        if journal.is_symlink():  # never appended through: the whole file is written, and the link removed
+            self.save(path)
+            return
         size = journal.stat().st_size if journal.exists() else 0
         try:
-            with journal.open("a", encoding="utf-8") as f:
+            # O_NOFOLLOW: a link planted after the check above fails here instead of being written through
+            fd = os.open(journal, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o666)
+            with os.fdopen(fd, "a", encoding="utf-8") as f:
                 f.write(dumps(record) + "\n")
         except OSError:
             with contextlib.suppress(OSError):
-                os.truncate(journal, size)
+                if not journal.is_symlink():
+                    os.truncate(journal, size)
             raise
         self._saved = (base, journaled + 1)
 

@@ -3,6 +3,7 @@
 
 import json
 import logging
+import os
 
 import pytest
 
@@ -254,3 +255,40 @@ def test_a_link_planted_at_a_forests_old_temporary_name_is_not_written_through(t
     assert cli("track", tmp_path / "d.jsonl", "--save", save).returncode == 0
     assert victim.read_text(encoding="utf-8") == "precious"
     assert (save / "ok1.json").is_file() and not (save / "ok1.json").is_symlink()
+
+
+# -- our own hostile round (OH-n in the note): outputs and options --
+
+def test_oh19_20_outputs_that_cannot_be_files_are_named(tmp_path, cli):
+    (tmp_path / "afile").write_text("x", encoding="utf-8")
+    r = cli("order", "examples/notes", "-q", "bread", "--no-cache", "--html", tmp_path / "afile" / "sub" / "x.html")
+    assert r.returncode == 2 and "cannot create the folder" in r.stderr and "(Not a directory)" in r.stderr
+    os.mkfifo(tmp_path / "fifo.html")
+    r = cli("order", "examples/notes", "-q", "bread", "--no-cache", "--html", tmp_path / "fifo.html", "--force")
+    assert r.returncode == 2 and "fifo.html is not a regular file" in r.stderr
+
+
+def test_oh21_22_outputs_and_caches_in_folders_not_made_yet_are_made(tmp_path, cli):
+    r = cli("embed", "examples/notes", "-o", tmp_path / "a" / "b" / "x.npy", "--cache", tmp_path / "c" / "d.sqlite")
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / "a" / "b" / "x.jsonl").is_file() and (tmp_path / "c" / "d.sqlite").is_file()
+
+
+def test_oh24_a_path_that_looks_like_an_option_after_the_double_dash(cli):
+    r = cli("order", "--no-cache", "--", "-q")
+    assert r.returncode == 2 and "error: -q: no such file or folder" in r.stderr
+
+
+def test_oh25_a_query_of_only_invisible_characters_is_refused(cli):
+    r = cli("order", "examples/notes", "--no-cache", "-q", "\u200b\u200d")
+    assert r.returncode == 2 and "--query must hold visible text" in r.stderr
+
+
+def test_oh26_a_sidecar_that_links_into_the_input_folder_is_refused(tmp_path, cli):
+    notes = tmp_path / "notes"
+    notes.mkdir()
+    (notes / "a.md").write_text("# Bread\nFlour, water and salt make a loaf of bread.\n", encoding="utf-8")
+    (tmp_path / "out.jsonl").symlink_to(notes / "a.md")
+    r = cli("embed", notes, "-o", tmp_path / "out.npy", "--no-cache")
+    assert r.returncode == 2 and "is one of the inputs" in r.stderr
+    assert (notes / "a.md").read_text(encoding="utf-8").startswith("# Bread")

@@ -1056,3 +1056,83 @@ def test_a_damaged_conversation_file_is_500_without_the_servers_paths(embedder, 
             error = r.json()["error"]["message"]
             assert r.status_code == 500 and message in error and "bad.json" in error
             assert str(tmp_path) not in error
+
+
+# -- our own hostile round (OH-n in the note): the service --
+
+def test_oh27_two_hundred_pipelined_requests_are_answered_in_order(guarded):
+    sock = _raw(guarded.port)
+    sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n" * 199 + b"GET /health HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+    answer = _answer(sock)
+    assert answer.count(b"HTTP/1.1 200 ") == 200
+
+
+@pytest.mark.parametrize("sent", [
+    b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nExpect: 100-continue\r\nContent-Length: 50\r\n\r\n",   # OH-28
+    b"POST /v1/embeddings HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n1\r\n{\r\n",        # OH-29
+])
+def test_oh28_29_a_body_promised_and_never_sent_is_408(guarded, sent):
+    sock = _raw(guarded.port)
+    sock.sendall(sent)
+    answer = _answer(sock)
+    assert b"HTTP/1.1 408 " in answer and b"the request body did not arrive within 1 s" in answer
+
+
+def test_oh30_a_header_with_bytes_that_are_not_ascii_is_400_or_served(guarded):
+    sock = _raw(guarded.port)
+    sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Name: \xff\xfe\x00\r\nConnection: close\r\n\r\n")
+    answer = _answer(sock)
+    assert answer.startswith((b"HTTP/1.1 400 ", b"HTTP/1.1 200 "))
+
+
+def test_oh31_many_small_headers_past_the_limit_are_431(guarded):
+    sock = _raw(guarded.port)
+    sock.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-%d: a\r\n" % i for i in range(4000)) + b"\r\n")
+    assert _answer(sock).startswith(b"HTTP/1.1 431 ")
+
+
+def test_oh32_twenty_concurrent_creates_of_one_id_make_it_once(embedder, tmp_path):
+    from concurrent.futures import ThreadPoolExecutor
+
+    with Served(create_app(embedder, conversations_dir=tmp_path / "c")) as s, \
+            httpx.Client(timeout=30) as http, ThreadPoolExecutor(20) as pool:
+        statuses = sorted(pool.map(lambda _: http.post(s.url + "/v1/conversations", json={"id": "one"}).status_code,
+                                   range(20)))
+    assert statuses == [200] + [409] * 19
+
+
+def test_oh33_34_links_planted_in_the_conversations_folder_are_never_written_through(embedder, tmp_path):
+    folder = tmp_path / "conversations"
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious", encoding="utf-8")
+    with Served(create_app(embedder, conversations_dir=folder)) as s:
+        HTTP.post(s.url + "/v1/conversations", json={"id": "a"})
+        HTTP.post(s.url + "/v1/conversations/a/turns", json={"user": "Why did Ahab hunt the whale?"})
+        (folder / "a.json.journal").unlink(missing_ok=True)
+        (folder / "a.json.journal").symlink_to(victim)  # OH-33: the next turn would append to it
+        r = HTTP.post(s.url + "/v1/conversations/a/turns", json={"user": "And what colour was the whale?"})
+        assert r.status_code == 200
+        (folder / "b.json").symlink_to(victim)  # OH-34: a "conversation" that is someone's file
+        r = HTTP.get(s.url + "/v1/conversations/b")
+        assert r.status_code == 500 and "b.json" in r.json()["error"]["message"]
+        assert HTTP.delete(s.url + "/v1/conversations/b").status_code == 200
+    assert victim.read_text(encoding="utf-8") == "precious"
+    assert not (folder / "a.json.journal").is_symlink() and not (folder / "b.json").exists()
+    with Served(create_app(embedder, conversations_dir=folder)) as s:
+        assert HTTP.get(s.url + "/v1/conversations/a").json()["turns"] == 2
+
+
+@pytest.mark.parametrize("budget", [-1, 0, "many", True, 1.5])
+def test_oh35_a_budget_that_is_not_a_positive_integer_is_422_and_a_huge_one_is_everything(service, budget):
+    HTTP.post(service.url + "/v1/conversations", json={"id": "budget"})
+    r = HTTP.post(service.url + "/v1/conversations/budget/turns", json={"user": "hi there", "budget_tokens": budget})
+    assert r.status_code == 422 and r.json()["error"]["param"] == "budget_tokens"
+    huge = HTTP.get(service.url + "/v1/conversations/budget/context", params={"budget_tokens": 10**17})
+    whole = HTTP.get(service.url + "/v1/conversations/budget/context")
+    assert huge.status_code == 200 and huge.json()["context"] == whole.json()["context"]
+
+
+def test_oh36_a_connection_that_never_sends_a_byte_is_closed_at_the_head_deadline(guarded):
+    sock = _raw(guarded.port)
+    answer = _answer(sock)
+    assert answer.startswith(b"HTTP/1.1 408 ") and b"the request head did not arrive within 1 s" in answer

@@ -371,3 +371,17 @@ def test_a_cache_on_a_read_only_filesystem_is_read(tmp_path, caplog):
         assert "read-only filesystem: it is read, and new vectors are not stored" in caplog.text
     finally:
         subprocess.run(["umount", str(mount)], check=True)
+
+
+def test_oh23_a_database_of_another_program_with_a_table_like_ours_is_refused(tmp_path):
+    """Its own application id says whose it is, though its table has the cache's columns."""
+    path = tmp_path / "other.db"
+    db = sqlite3.connect(path)
+    db.execute("PRAGMA application_id = 123")
+    db.execute("CREATE TABLE embeddings(model TEXT, text_sha256 BLOB, dim INTEGER, vector BLOB, checksum BLOB)")
+    db.commit()
+    db.close()
+    before = path.read_bytes()
+    with pytest.raises(InvalidValueError, match=r"another program \(tables: embeddings; application id 0x7b\)"):
+        EmbeddingCache(path)
+    assert path.read_bytes() == before

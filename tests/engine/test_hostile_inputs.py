@@ -243,3 +243,86 @@ def test_text_of_only_invisible_characters_is_skipped_and_named(tmp_path, caplog
     assert "zw.txt:" in caplog.text
     with pytest.raises(DocumentError, match=r"zw\.txt: "):
         read_paths([folder / "zw.txt"])
+
+
+# -- our own hostile round (OH-n in the note): inputs --
+
+def test_oh1_a_pseudo_file_that_stats_as_empty_is_read_whole():
+    (doc,) = read_paths(["/proc/self/status"])
+    assert "VmPeak" in doc.text or "Name:" in doc.text
+
+
+@pytest.mark.parametrize("line, message", [
+    ('{"id": ' + "9" * 5000 + ', "text": "x"}', r"big\.jsonl:1: invalid JSON"),                       # OH-2
+    ('{"text": "bad \\ud800 text"}', r"big\.jsonl:1: field 'text' is not valid Unicode: a lone surrogate"),  # OH-3
+    ('{"id": null, "text": "a"}', r"big\.jsonl:1: field 'id' must be a string or an integer; got None"),  # OH-4
+    ('{"id": [1], "text": "a"}', r"big\.jsonl:1: field 'id' must be a string or an integer"),
+])
+def test_oh2_4_a_jsonl_record_with_a_bad_id_or_text_is_named_by_line(tmp_path, line, message):
+    (tmp_path / "big.jsonl").write_text(line + "\n", encoding="utf-8")
+    with pytest.raises(DocumentError, match=message):
+        read_file(tmp_path / "big.jsonl")
+
+
+def test_oh5_markdown_headings_with_windows_line_endings(tmp_path):
+    (tmp_path / "crlf.md").write_bytes(b"# Title\r\n\r\ntext\r\n## Sub ##\r\nmore\r\n")
+    assert [h for _, h in read_file(tmp_path / "crlf.md")[0].headings] == ["Title", "Sub"]
+
+
+def test_oh6_7_a_page_of_a_hundred_thousand_headings(tmp_path):
+    (tmp_path / "many.md").write_text("# h\ntext\n" * 100_000, encoding="utf-8")
+    (tmp_path / "many.1").write_text(".TH X 1\n" + ".SH A\ntext\n" * 100_000, encoding="utf-8")
+    assert len(read_file(tmp_path / "many.md")[0].headings) == 100_000
+    assert len(read_file(tmp_path / "many.1")[0].headings) == 100_001
+
+
+def test_oh8_10_paths_that_lead_nowhere_are_named(tmp_path):
+    os.symlink("nothere.txt", tmp_path / "broken.txt")
+    os.symlink("l2.txt", tmp_path / "l1.txt")
+    os.symlink("l1.txt", tmp_path / "l2.txt")
+    with pytest.raises(DocumentError, match=r"broken\.txt: cannot be read \(No such file or directory\)"):
+        read_paths([tmp_path / "broken.txt"])                                                        # OH-8
+    with pytest.raises(DocumentError, match=r"l1\.txt: a link loop"):
+        read_paths([tmp_path / "l1.txt"])                                                            # OH-9
+    with pytest.raises(DocumentError, match=r"aaaa.*: cannot be read \(File name too long\)"):
+        read_paths([tmp_path / ("a" * 5000)])                                                        # OH-10
+
+
+@pytest.mark.parametrize("name, data, reason", [
+    ("z.txt", b"PK\x03\x04" + bytes(range(256)) * 8, "binary (contains NUL bytes)"),                 # OH-11
+    ("u16.txt", "hello bread".encode("utf-16-le"), "binary (contains NUL bytes)"),                   # OH-12
+    ("gz2.txt.gz", gzip.compress(gzip.compress(b"hello bread")), "binary"),                         # OH-14
+    ("bom.txt", b"\xef\xbb\xbf", "holds no visible text"),                                           # OH-17
+])
+def test_oh11_17_files_that_are_not_text_are_skipped_with_their_reasons(tmp_path, caplog, name, data, reason):
+    folder = tmp_path / "d"
+    folder.mkdir()
+    (folder / name).write_bytes(data)
+    (folder / "ok.md").write_text("bread", encoding="utf-8")
+    with caplog.at_level(logging.WARNING):
+        (doc,) = read_paths([folder])
+    assert doc.source.endswith("ok.md") and f"{name}: {reason}" in caplog.text
+
+
+def test_oh13_a_pdf_of_no_pages_is_named(tmp_path):
+    from pypdf import PdfWriter
+
+    out = io.BytesIO()
+    PdfWriter().write(out)
+    (tmp_path / "empty.pdf").write_bytes(out.getvalue())
+    with pytest.raises(DocumentError, match=r"empty\.pdf: PDF has no extractable text"):
+        read_file(tmp_path / "empty.pdf")
+
+
+def test_oh15_16_globs_that_leave_out_everything_say_so_and_backtrack_nowhere(tmp_path):
+    folder = tmp_path / "g"
+    folder.mkdir()
+    for i in range(3):
+        (folder / (f"{i}" + "x" * 200 + ".md")).write_text("bread", encoding="utf-8")
+    with pytest.raises(DocumentError, match=r"no files found, and 3 left out by the include/exclude globs"):
+        read_paths([folder], include=["*a" * 50 + "*b"])  # a pattern a backtracking matcher is slow on
+
+
+def test_oh18_a_budget_below_one_byte_is_refused():
+    with pytest.raises(ValueError, match="max_bytes must be >= 1; got 0"):
+        read_paths(["examples/notes"], max_bytes=0)

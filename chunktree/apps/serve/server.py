@@ -63,15 +63,35 @@ def protocol(limits: Limits) -> type:
             if not self._in_body and self._head_bytes > max_head and not self.transport.is_closing():
                 self._refuse(431, f"the request head is longer than {limits.max_header_kb} KiB")
 
+        def on_message_begin(self) -> None:
+            self._parsed_head = 0
+            super().on_message_begin()
+
+        def on_url(self, url: bytes) -> None:
+            self._parsed_head += len(url)
+            super().on_url(url)
+
+        def on_header(self, name: bytes, value: bytes) -> None:
+            self._parsed_head += len(name) + len(value) + 4  # ": " and the line's end
+            super().on_header(name, value)
+
         def on_headers_complete(self) -> None:
+            if self._parsed_head > max_head:  # a head that came whole in one read, too long all the same
+                self._refuse(431, f"the request head is longer than {limits.max_header_kb} KiB")
+                return
             self._in_body = True
             self._arm(limits.body_timeout_s, "the request body")
             super().on_headers_complete()
 
+        def on_body(self, body: bytes) -> None:
+            if not self.transport.is_closing():
+                super().on_body(body)
+
         def on_message_complete(self) -> None:
             self._disarm()
             self._in_body, self._head_bytes = False, 0
-            super().on_message_complete()
+            if not self.transport.is_closing():
+                super().on_message_complete()
 
         def connection_lost(self, exc: Exception | None) -> None:
             self._disarm()

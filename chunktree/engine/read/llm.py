@@ -83,6 +83,8 @@ class ChatClient:
         self.model = _setting(model, "CHUNKTREE_LLM_MODEL")
         if not self.base_url:
             raise InvalidValueError("base_url is required: pass it or set CHUNKTREE_LLM_BASE_URL (or OPENAI_BASE_URL)")
+        if not self.base_url.lower().startswith(("http://", "https://")):
+            raise InvalidValueError(f"base_url must be an http:// or https:// URL; got {self.base_url!r:.200}")
         if not self.model:
             raise InvalidValueError("model is required: pass it or set CHUNKTREE_LLM_MODEL")
         if retries < 0 or timeout <= 0:

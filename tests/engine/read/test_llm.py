@@ -5,6 +5,7 @@ import time
 import pytest
 from llm_server import LLMServer
 
+from chunktree.checks import InvalidValueError
 from chunktree.engine.read.llm import ChatClient, LLMError
 
 MESSAGES = [{"role": "system", "content": "You are the manager agent."},
@@ -114,3 +115,31 @@ def test_a_reply_past_max_reply_bytes_is_refused_unread(server):
 def test_a_malformed_reply_is_an_llm_error_not_a_traceback(server, model, message):
     with pytest.raises(LLMError, match=message):
         ChatClient(server.base_url, model, retries=0).complete(MESSAGES)
+
+
+# -- our own hostile round (OH-n in the note): the LLM endpoint --
+
+def test_oh37_a_compressed_reply_is_capped_as_it_decodes(server):
+    with pytest.raises(LLMError, match=r"sent a reply longer than max_reply_bytes \(1,048,576\)"):
+        ChatClient(server.base_url, "gzip-bomb", max_reply_bytes=1 << 20, retries=0).complete(MESSAGES)
+
+
+@pytest.mark.parametrize("url", ["file:///etc/passwd", "localhost:8080/v1", "ftp://x/v1"])
+def test_oh38_a_base_url_that_is_not_http_is_refused_before_any_request(url):
+    with pytest.raises(InvalidValueError, match=r"base_url must be an http:// or https:// URL; got"):
+        ChatClient(url, "m")
+
+
+@pytest.mark.parametrize("model, message", [
+    ("redirect", r"rejected the request \(HTTP 302"),                       # OH-39
+    ("reset", r"failed after 2 attempts; last: (RemoteProtocolError|ReadError)"),  # OH-40
+    ("content-null", "a non-text message content: None"),                   # OH-41
+])
+def test_oh39_41_odd_answers_are_named_llm_errors(server, model, message):
+    with pytest.raises(LLMError, match=message):
+        ChatClient(server.base_url, model, retries=1, backoff=0).complete(MESSAGES)
+
+
+def test_oh42_a_usage_that_is_not_token_counts_is_left_out(server):
+    reply = ChatClient(server.base_url, "usage-odd", retries=0).complete(MESSAGES)
+    assert reply.text == "fine" and reply.prompt_tokens is None and reply.completion_tokens is None
