@@ -3,6 +3,7 @@ PyTorch golden vectors on every backend and precision, and batching: test_backen
 
 import hashlib
 import logging
+import os
 
 import numpy as np
 import pytest
@@ -111,3 +112,20 @@ def test_a_model_file_of_yours_that_cannot_be_loaded_is_named(tmp_path):
     with pytest.raises(InvalidValueError, match=r"model file .*mine\.onnx cannot be loaded by .*export it again"):
         Embedder(bad)
     assert bad.read_bytes() == b"not a model at all" * 100
+
+
+def test_no_room_for_the_converted_model_is_a_message_naming_it(tmp_path):
+    """The hostile round's NH-19, second part: a full disk during the first build was a traceback.
+    The file size limit (RLIMIT_FSIZE) stands in for the full disk."""
+    import subprocess
+    import sys
+
+    code = ("import resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20)); from chunktree.apps.cli import main; "
+            "sys.exit(main(sys.argv[1:]))")
+    r = subprocess.run([sys.executable, "-c", code, "--no-progress", "order", "examples/notes", "-q", "bread",
+                        "--no-cache"], capture_output=True, text=True, timeout=300,
+                       env={**os.environ, "CHUNKTREE_CACHE_DIR": str(tmp_path)})
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    assert "the model file" in r.stderr and "cannot be written (File too large)" in r.stderr
+    assert not [p for p in (tmp_path / "models").iterdir() if p.suffix in (".onnx", ".partial")]

@@ -10,6 +10,9 @@ a reply that is not a chat completion, raises ``LLMError``.
 Nothing an endpoint does can hold a run for long: each request, reply included, has a deadline
 (``timeout``: a reply dripping a byte at a time is cut there), a reply is read up to
 ``max_reply_bytes``, and all the requests of a client together may take ``run_timeout`` seconds.
+After a request has failed, the next is tried once, without retries; ``max_failed_requests`` failed
+in a row raise ``LLMUnavailable``, so an endpoint that never answers costs minutes, not one
+timeout per step of a long read.
 """
 
 from __future__ import annotations
@@ -27,6 +30,11 @@ log = logging.getLogger(__name__)
 
 class LLMError(ChunktreeError, RuntimeError):
     """The LLM endpoint failed or answered something that is not a chat completion."""
+
+
+class LLMUnavailable(LLMError):
+    """The endpoint failed ``max_failed_requests`` requests in a row, or the run's time is spent: a
+    reader stops instead of failing every step that is left."""
 
 
 @dataclass(frozen=True)
@@ -70,13 +78,16 @@ class ChatClient:
         the longest ``Retry-After`` obeyed; an endpoint that asks for longer fails the request.
     max_reply_bytes
         the largest reply read; a longer one fails the request.
+    max_failed_requests
+        requests failed in a row (after their retries) before ``LLMUnavailable``.
     temperature
         sampling temperature (0 for repeatable runs).
     """
 
     def __init__(self, base_url: str | None = None, model: str | None = None, api_key: str | None = None, *,
                  timeout: float = 120.0, run_timeout: float | None = None, retries: int = 3, backoff: float = 1.0,
-                 max_retry_after: float = 60.0, max_reply_bytes: int = 8 << 20, temperature: float = 0.0) -> None:
+                 max_retry_after: float = 60.0, max_reply_bytes: int = 8 << 20, max_failed_requests: int = 3,
+                 temperature: float = 0.0) -> None:
         import httpx
 
         self.base_url = _setting(base_url, "CHUNKTREE_LLM_BASE_URL", "OPENAI_BASE_URL")
@@ -93,11 +104,14 @@ class ChatClient:
             number(run_timeout, "run_timeout", 0.0, low_open=True)
         number(max_retry_after, "max_retry_after", 0.0)
         integer(max_reply_bytes, "max_reply_bytes", 1)
+        integer(max_failed_requests, "max_failed_requests", 1)
         key = _setting(api_key, "CHUNKTREE_LLM_API_KEY", "OPENAI_API_KEY")
         headers = {"Authorization": f"Bearer {key}"} if key else {}
         self.retries, self.backoff, self.temperature = retries, backoff, temperature
         self.timeout, self.run_timeout = timeout, run_timeout
         self.max_retry_after, self.max_reply_bytes = max_retry_after, max_reply_bytes
+        self.max_failed_requests = max_failed_requests
+        self._failed = 0  # requests failed in a row
         self._url = self.base_url.rstrip("/") + "/chat/completions"
         self._http = httpx.Client(timeout=timeout, headers=headers)
         self._spent = 0.0  # seconds of requests so far, against run_timeout
@@ -113,7 +127,8 @@ class ChatClient:
         t0 = time.perf_counter()
         self._since = t0
         try:
-            for attempt in range(self.retries + 1):
+            attempts = 1 if self._failed else self.retries + 1  # after a failure, no retries until one succeeds
+            for attempt in range(attempts):
                 wait = self.backoff * 2**attempt
                 try:
                     status, headers, reply = self._post(body)
@@ -121,6 +136,7 @@ class ChatClient:
                     problem = f"{type(exc).__name__}: {exc}"
                 else:
                     if status == 200:
+                        self._failed = 0
                         return self._parse(reply, time.perf_counter() - t0)
                     problem = f"HTTP {status}: {reply[:200].decode('utf-8', 'replace')}"
                     if status != 429 and status < 500:
@@ -131,12 +147,16 @@ class ChatClient:
                         if wait > self.max_retry_after:
                             raise LLMError(f"{self._url} asks to retry after {wait:g} s, longer than "
                                            f"max_retry_after ({self.max_retry_after:g} s); last: {problem}")
-                if attempt < self.retries:
+                if attempt < attempts - 1:
                     wait = max(0.0, min(wait, self._left()))
                     log.warning("LLM request failed (%s); retry %d of %d in %.1f s", problem, attempt + 1,
                                 self.retries, wait)
                     time.sleep(wait)
-            raise LLMError(f"{self._url} failed after {self.retries + 1} attempts; last: {problem}")
+            self._failed += 1
+            if self._failed >= self.max_failed_requests:
+                raise LLMUnavailable(f"{self._url} failed {self._failed} requests in a row; last: {problem}. Stopping: "
+                                     "check the endpoint, then run again")
+            raise LLMError(f"{self._url} failed after {attempts} attempt{'s' if attempts > 1 else ''}; last: {problem}")
         finally:
             self._spent += time.perf_counter() - t0
             self._since = None
@@ -155,7 +175,7 @@ class ChatClient:
 
         limit = min(self.timeout, self._left())
         if limit <= 0:
-            raise LLMError(f"{self._url}: the run's LLM time (run_timeout, {self.run_timeout:g} s) is spent")
+            raise LLMUnavailable(f"{self._url}: the run's LLM time (run_timeout, {self.run_timeout:g} s) is spent")
         end = time.monotonic() + limit
         parts, size = [], 0
         with self._http.stream("POST", self._url, json=body, timeout=httpx.Timeout(limit)) as response:

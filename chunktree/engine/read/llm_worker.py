@@ -16,7 +16,7 @@ from typing import Any
 
 from chunktree.checks import InvalidValueError
 from chunktree.engine.chunking import Chunk
-from chunktree.engine.read.llm import LLMError
+from chunktree.engine.read.llm import LLMError, LLMUnavailable
 from chunktree.engine.read.memory import Step, Tokens, fit_memory, parse_memory
 
 log = logging.getLogger(__name__)
@@ -92,6 +92,8 @@ class LLMWorker:
         for attempt in (1, 2):
             try:
                 reply = self.llm.complete(messages, max_tokens=self.memory_tokens)
+            except LLMUnavailable:
+                raise  # the endpoint is down or the run's time is spent: no step left would fare better
             except LLMError as exc:
                 error = str(exc)
                 break

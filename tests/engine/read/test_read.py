@@ -181,3 +181,16 @@ def test_read_prints_how_much_evidence_it_shows(tmp_path, capsys):
     assert "answer:\n(no whole sentence in the chunks to quote" in capsys.readouterr().out
     assert main(["read", "examples/notes", "--extractive", "--evidence", "-1"]) == 2
     assert "argument --evidence: must be >= 0; got -1" in capsys.readouterr().err
+
+
+def test_a_read_stops_once_the_endpoint_fails_requests_in_a_row(server, embedder, tmp_path):
+    """An endpoint that is down costs a few requests, not retries on every step of a long read: the
+    first step's request is retried, the next two get one attempt each, then the read stops."""
+    from chunktree.engine.read.llm import LLMUnavailable
+
+    client = ChatClient(server.base_url, "500", backoff=0, retries=3, max_failed_requests=3)
+    with pytest.raises(LLMUnavailable, match="failed 3 requests in a row; last: HTTP 500"):
+        read(TEXTS, "Where did the whale swim?", sequence=list(range(12)), llm=client, embedder=embedder,
+             memory_tokens=200, window_tokens=900, trace=tmp_path / "trace.jsonl")
+    assert len(server.requests) == 4 + 1 + 1
+    assert not (tmp_path / "trace.jsonl").exists()  # a read that stopped leaves no half trace
