@@ -1036,6 +1036,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from chunktree.track.forest import load_decider
 
     decider = load_decider(args.decider) or "thresholds"  # a bad file fails before the model loads
+    if args.conversations is not None:  # a folder another server holds fails before the model loads, too
+        _check_output_folder(args.conversations / "x", "--conversations")  # the folder made and writable
+        FolderLock(args.conversations, "chunktree serve").release()  # create_app takes it for good
     embedder = _embedder(args)
     from chunktree.paths import cache_dir
 
