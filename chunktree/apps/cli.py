@@ -633,6 +633,7 @@ def cmd_embed(args: argparse.Namespace) -> int:
         for c in chunks:
             f.write(dumps(c.to_dict()) + "\n")
         _, stats = embed_texts([c.text for c in chunks], embedder, cache, progress=_progress(args), ray=args.ray,
+                               prompt="document",
                                out=vectors)
     print(f"{_corpus_line(chunks)}, model {embedder.model_id} ({embedder.dim} dims)")
     print(f"backend {embedder.backend} {embedder.precision} on {embedder.threads} threads ({embedder.choice.reason})")

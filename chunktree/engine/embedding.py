@@ -48,6 +48,7 @@ def embed_texts(
     commit_every: int = COMMIT_EVERY,
     ray: str | None = None,
     out: np.ndarray | None = None,
+    prompt: str | None = None,
 ) -> tuple[np.ndarray, EmbedStats]:
     """Embed ``texts`` with ``embedder``, reusing and filling ``cache`` when given.
 
@@ -57,6 +58,9 @@ def embed_texts(
     ``engine.distributed``), committed as they come back. ``out``: a writable float32 array
     (len(texts), embedder.dim) the vectors are written into as they come, e.g. a memory-mapped
     ``.npy`` (``np.lib.format.open_memmap``), so that a large corpus is not held in memory.
+    ``prompt``: ``"query"`` or ``"document"``, to put the model's prompt of that name before each
+    text (``Embedder.prompt``; nothing for a model without prompts); the cache keys by the text
+    as embedded, prompt included.
 
     Returns
     -------
@@ -69,6 +73,9 @@ def embed_texts(
     texts = list(texts)
     for i, t in enumerate(texts):  # before the cache hashes them or anything is embedded
         unicode(t, f"texts[{i}]")
+    prefix = embedder.prompt(prompt) if prompt is not None else ""
+    if prefix:
+        texts = [prefix + t for t in texts]
     if out is not None and (getattr(out, "shape", None) != (len(texts), embedder.dim) or out.dtype != np.float32
                             or not out.flags.writeable):
         raise InvalidValueError(f"out must be a writable float32 array of shape ({len(texts)}, {embedder.dim}); "

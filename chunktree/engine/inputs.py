@@ -170,10 +170,10 @@ def prepare(
     if texts is not None or isinstance(query, str):
         embedder = embedder or default_embedder()
         if texts is not None:
-            x, stats = embed_texts(texts, embedder, cache, progress=progress, ray=ray)
+            x, stats = embed_texts(texts, embedder, cache, progress=progress, ray=ray, prompt="document")
     query_text = query if isinstance(query, str) else None
     if query_text is not None:
-        query_vector = embed_texts([query_text], embedder, cache)[0][0]
+        query_vector = embed_texts([query_text], embedder, cache, prompt="query")[0][0]
     vectors = unit_rows(x, "embeddings", keep_float16=keep_float16)
     q = None
     if query_vector is not None:

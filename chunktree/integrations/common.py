@@ -104,14 +104,15 @@ class Ranking:
             self._cache = EmbeddingCache(None if self.cache_setting is True else self.cache_setting)
         return self._cache
 
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """float32 (len(texts), dim) unit vectors, through the cache."""
+    def embed(self, texts: Sequence[str], prompt: str = "document") -> np.ndarray:
+        """float32 (len(texts), dim) unit vectors, through the cache, as documents or (``prompt``
+        ``"query"``) as queries, for a model with prompts (``embed_texts``)."""
         if not texts:
             return np.empty((0, self.embedder.dim), np.float32)
         for i, t in enumerate(texts):
             if not isinstance(t, str):
                 raise InvalidTypeError(f"text {i} must be a str; got {type(t).__name__}")
-        return embed_texts(list(texts), self.embedder, self.cache)[0]
+        return embed_texts(list(texts), self.embedder, self.cache, prompt=prompt)[0]
 
     def vectors(self, texts: Sequence[str], embeddings: Sequence[Any]) -> np.ndarray:
         """One vector per document: its own embedding where usable, else its text embedded."""
@@ -139,7 +140,7 @@ class Ranking:
         if not texts:
             return []
         x = self.vectors(texts, embeddings)
-        q = self.embed([query])[0] if query else None
+        q = self.embed([query], "query")[0] if query else None
         result = order(x, q, strategy=self.strategy, method=self.method)
         position = np.empty(len(texts), np.int64)
         position[result.order] = np.arange(len(texts))

@@ -108,4 +108,4 @@ class ChunktreeTextEmbedder(_Serialised):
     def run(self, text: str) -> dict[str, list[float]]:
         if not isinstance(text, str):
             raise InvalidTypeError(f"text must be a str; got {type(text).__name__}")
-        return {"embedding": self._ranking.embed([text])[0].tolist()}
+        return {"embedding": self._ranking.embed([text], "query")[0].tolist()}

@@ -100,4 +100,4 @@ class ChunktreeEmbeddings(Embeddings):
         return self._ranking.embed(texts).tolist()
 
     def embed_query(self, text: str) -> list[float]:
-        return self._ranking.embed([text])[0].tolist()
+        return self._ranking.embed([text], "query")[0].tolist()

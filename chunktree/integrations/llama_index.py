@@ -128,7 +128,7 @@ class ChunktreeEmbedding(BaseEmbedding):
         return "ChunktreeEmbedding"
 
     def _get_query_embedding(self, query: str) -> list[float]:
-        return self._ranking.embed([query])[0].tolist()
+        return self._ranking.embed([query], "query")[0].tolist()
 
     def _get_text_embedding(self, text: str) -> list[float]:
         return self._ranking.embed([text])[0].tolist()

@@ -8,6 +8,7 @@ onnxruntime or OpenVINO, in fp32, bf16 or int8.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -17,7 +18,7 @@ from pathlib import Path
 import numpy as np
 
 from chunktree.checks import ChunktreeError, InvalidTypeError, InvalidValueError, positive_int, unicode
-from chunktree.models import backends, onnx_file, quantize, registry
+from chunktree.models import backends, onnx_file, quantize, registry, source
 from chunktree.paths import cache_dir
 from chunktree.progress import tracked
 
@@ -30,16 +31,21 @@ DEFAULT_BATCH_TOKENS = {"openvino": 2048, "onnxruntime": 1024}
 
 
 def resolve_model(model: str | os.PathLike[str]) -> Path:
-    """Map a known model name to its (built) ONNX file, or check that a path is an ONNX file."""
+    """The ONNX file of ``model``: a known model's name (its bundled weights), an ``.onnx`` file, a
+    model folder (``source.read_folder``) or a Hugging Face hub id (``org/name``, from the hub's
+    cache, downloaded into it only when missing); a folder or hub model is built on first use."""
     if isinstance(model, str) and model in registry.MODELS:
         return registry.onnx_path(registry.MODELS[model])
     path = Path(model)
-    if not path.is_file():
-        raise InvalidValueError(
-            f"model must be one of {sorted(registry.MODELS)} or the path of an .onnx file written by "
-            f"'chunktree export'; got {str(model)!r}"
-        )
-    return path
+    if path.is_file():
+        return path
+    if path.is_dir():
+        return registry.built(source.read_folder(path))
+    if isinstance(model, str) and source.HUB_ID.fullmatch(model):
+        return registry.built(source.read_folder(source.hub_folder(model), model))
+    raise source.ModelNotFoundError(
+        f"model must be one of {sorted(registry.MODELS)}, an .onnx file, a model folder (config.json, "
+        f"model.safetensors, tokenizer.json) or a Hugging Face hub id such as BAAI/bge-small-en-v1.5; got {str(model)!r}")
 
 
 def token_batches(lengths: np.ndarray, batch_size: int, batch_tokens: int) -> list[np.ndarray]:
@@ -68,8 +74,13 @@ class Embedder:
     Parameters
     ----------
     model
-        a known model name (default ``"all-MiniLM-L6-v2"``) or an ONNX file from
-        ``chunktree export``.
+        a known model name (default ``"all-MiniLM-L6-v2"``, bundled), a Hugging Face hub id
+        (``"BAAI/bge-small-en-v1.5"``: taken from the hub's cache, downloaded into it first when it
+        is not there), a local model folder (``config.json``, ``model.safetensors``,
+        ``tokenizer.json`` and its sentence-transformers configuration: pooling, window, prompts),
+        or an ONNX file from ``chunktree export``. A folder or hub model's ONNX graph is built from
+        its weights, without torch, once per machine (``encoder_onnx``); BERT, RoBERTa,
+        XLM-RoBERTa and MPNet encoders with CLS, mean or last-token pooling.
     backend
         ``"auto"`` (default), ``"onnxruntime"`` or ``"openvino"``.
     precision
@@ -91,6 +102,10 @@ class Embedder:
     ----------
     model_id
         the model's id (name and weights digest).
+    pooling
+        ``"cls"``, ``"mean"`` or ``"lasttoken"``.
+    prompts
+        the model's prompts by name (``{"query": "query: ", ...}``); ``prompt(name)`` picks one.
     backend, precision
         what it runs on (``choice``).
     vectors_id
@@ -156,8 +171,10 @@ class Embedder:
         # text's vector does not depend on the batch around it (``quantize``).
         self.windows_alone: bool = meta.get(onnx_file.META_WINDOWS_ALONE) == "1"
         pad = self.tokenizer.padding
-        self._pad_id = 0 if pad is None else int(pad["pad_id"])
-
+        named = [i for i in (self.tokenizer.token_to_id(t) for t in ("[PAD]", "<pad>")) if i is not None]
+        self._pad_id = int(pad["pad_id"]) if pad is not None else named[0] if named else 0
+        self.pooling: str = meta.get(onnx_file.META_POOLING, "mean")
+        self.prompts: dict[str, str] = json.loads(meta.get(onnx_file.META_PROMPTS, "{}"))
 
     def _open(self, model: str | os.PathLike[str], threads: int | None) -> backends.Session:
         """The runtime's session of ``self.path``. A converted model in chunktree's cache that the
@@ -180,6 +197,14 @@ class Embedder:
         if self.choice.precision == "int8":
             self.path = quantize.int8_path(self.path)
         return backends.open_session(self.path, self.choice, threads)
+
+    def prompt(self, name: str) -> str:
+        """The text the model puts before a ``"query"`` or a ``"document"`` (sentence-transformers'
+        prompts; a document also takes a ``"passage"`` prompt), or ``""`` when it has none."""
+        if name == "document":
+            return self.prompts.get("document", self.prompts.get("passage", ""))
+        return self.prompts.get(name, "")
+
     def __repr__(self) -> str:
         return (f"Embedder(model_id={self.model_id!r}, backend={self.backend!r}, precision={self.precision!r}, "
                 f"dim={self.dim}, window={self.window})")

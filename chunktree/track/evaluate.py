@@ -195,7 +195,7 @@ def embed_turns(dialogues: list[list[Turn]], embedder: Any, cache: EmbeddingCach
                 progress: bool) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Each dialogue's user vectors, node vectors (user and assistant text together) and tokens per turn."""
     texts = [t for d in dialogues for turn in d for t in (turn.user, f"{turn.user}\n{turn.assistant}")]
-    vectors, _ = embed_texts(texts, embedder, cache, progress=progress)
+    vectors, _ = embed_texts(texts, embedder, cache, progress=progress, prompt="query")
     counts = embedder.count_tokens([t for d in dialogues for turn in d for t in (turn.user, turn.assistant)])
     out, start = [], 0
     for d in dialogues:

@@ -400,7 +400,7 @@ class Forest:
         if assistant is not None and not isinstance(assistant, str):
             raise InvalidValueError(f"assistant must be a string or None; got {type(assistant).__name__}")
         whole = user if not assistant else f"{user}\n{assistant}"
-        vectors, _ = embed_texts([user, whole], self.embedder, self.cache)
+        vectors, _ = embed_texts([user, whole], self.embedder, self.cache, prompt="query")
         return self._place(user, assistant, vectors[0], vectors[1])
 
     def _place(self, user: str, assistant: str | None, v: np.ndarray, node_vector: np.ndarray) -> Decision:
@@ -603,7 +603,7 @@ class Forest:
             return Context([], 0, [], False, [], [])
         n = len(self.nodes)
         current = self.current if query is None else None
-        vector = None if query is None else embed_texts([query], self.embedder, self.cache)[0][0]
+        vector = None if query is None else embed_texts([query], self.embedder, self.cache, prompt="query")[0][0]
         features = self.relevance_features(current, vector, query or "")
         p = relevance(features)
         if current is not None:

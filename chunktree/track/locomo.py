@@ -155,7 +155,7 @@ def evaluate_conversation(conversation: LocomoConversation, embedder: Any, cache
     """Evidence recall of every method at every budget for each question of one conversation
     (``recall[method][budget]``: one value a question, in order), and the forest's shape."""
     turns, questions = conversation.turns, conversation.questions
-    vectors, _ = embed_texts(turns + [q.text for q in questions], embedder, cache)
+    vectors, _ = embed_texts(turns + [q.text for q in questions], embedder, cache, prompt="query")
     turn_vectors, question_vectors = vectors[:len(turns)], vectors[len(turns):]
     tokens = embedder.count_tokens(turns)
     forest = Forest(embedder, cache=cache, decider=decider)

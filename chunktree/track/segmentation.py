@@ -109,7 +109,7 @@ def evaluate_segmentation(dialogues: list[SegmentedDialogue], embedder: Any, cac
     if not dialogues:
         raise InvalidValueError("no dialogues to evaluate")
     utterances = [u for d in dialogues for u in d.utterances]
-    vectors, _ = embed_texts(utterances, embedder, cache, progress=progress)
+    vectors, _ = embed_texts(utterances, embedder, cache, progress=progress, prompt="query")
     tokens = embedder.count_tokens(utterances)
     gold = [d.labels for d in dialogues]
     rate = float(sum(g.sum() for g in gold) / sum(g.size - 1 for g in gold if g.size > 1))

@@ -127,7 +127,7 @@ def embed_dialogues(dialogues: list[LabelledDialogue], embedder: Any, cache: Any
     """Each dialogue's user vectors and node vectors (user and assistant text together), in one pass."""
     texts = [t for d in dialogues for user, assistant, _ in d.turns
              for t in (user, user if not assistant else f"{user}\n{assistant}")]
-    vectors, _ = embed_texts(texts, embedder, cache, progress=progress)
+    vectors, _ = embed_texts(texts, embedder, cache, progress=progress, prompt="query")
     out, start = [], 0
     for d in dialogues:
         v = vectors[start:start + 2 * len(d.turns)]

@@ -7,12 +7,12 @@ import os
 
 import numpy as np
 import pytest
-from test_bert_onnx import CONFIG, random_weights
+from test_encoder_onnx import CONFIG, random_weights
 
 from chunktree import Embedder
 from chunktree.checks import InvalidValueError
 from chunktree.models import registry
-from chunktree.models.bert_onnx import build_bert_onnx
+from chunktree.models.encoder_onnx import build_encoder_onnx
 
 
 def test_output_contract(embedder):
@@ -68,7 +68,7 @@ def test_token_count_convention_excludes_special_tokens(embedder):
 
 def test_model_file_without_metadata_is_rejected(tmp_path):
     path = tmp_path / "bare.onnx"
-    path.write_bytes(build_bert_onnx(random_weights(), CONFIG).SerializeToString())
+    path.write_bytes(build_encoder_onnx(random_weights(), CONFIG).SerializeToString())
     with pytest.raises(ValueError, match="lacks the metadata"):
         Embedder(path)
 

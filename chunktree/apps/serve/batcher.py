@@ -215,6 +215,7 @@ class BatchedEmbedder:
         self.vectors_id, self.backend, self.precision = embedder.vectors_id, embedder.backend, embedder.precision
         self.choice = embedder.choice
         self.tokenizer = embedder.tokenizer
+        self.prompt = embedder.prompt
         self._cancelled = False
         self._future: concurrent.futures.Future[Any] | None = None
 

@@ -126,8 +126,8 @@ def evaluate_llm(
     passages, left_out = evaluable(passages)
     jobs: list[tuple[Any, ...]] = []  # (question number, passage, question, order, sequence)
     for passage in passages:
-        vectors, _ = embed_texts(passage.paragraphs, embedder, cache)
-        q_vecs, _ = embed_texts([q.text for q in passage.questions], embedder, cache)
+        vectors, _ = embed_texts(passage.paragraphs, embedder, cache, prompt="document")
+        q_vecs, _ = embed_texts([q.text for q in passage.questions], embedder, cache, prompt="query")
         for q, qv in zip(passage.questions, q_vecs):
             number = len(jobs) // len(orders)
             for name in orders:

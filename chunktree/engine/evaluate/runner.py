@@ -110,9 +110,9 @@ def evaluate_orders(
     for passage in tracked(passages, len(passages), "passages", "passage", enabled=progress):
         paragraphs, n = passage.paragraphs, len(passage.paragraphs)
         sentences = Sentences.of(paragraphs, embedder, cache)
-        para_vecs, _ = embed_texts(paragraphs, embedder, cache)
+        para_vecs, _ = embed_texts(paragraphs, embedder, cache, prompt="document")
         memory_budget = max(1, round(budget * int(embedder.count_tokens(paragraphs).sum())))
-        q_vecs, _ = embed_texts([q.text for q in passage.questions], embedder, cache)
+        q_vecs, _ = embed_texts([q.text for q in passage.questions], embedder, cache, prompt="query")
         for q, qv in zip(passage.questions, q_vecs):
             scores = sentences.vectors @ qv
             record: dict[str, Any] = {"kind": q.kind, "question": q.text, "paragraphs": n, "orders": {}}

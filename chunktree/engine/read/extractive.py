@@ -136,7 +136,7 @@ class Sentences:
             spans += [(i, a, b) for k, (a, b) in enumerate(found)
                       if quotable(text[a:b], last=k == len(found) - 1)]
         sentence_texts = [texts[i][a:b] for i, a, b in spans]
-        vectors, _ = embed_texts(sentence_texts, embedder, cache, progress=progress)
+        vectors, _ = embed_texts(sentence_texts, embedder, cache, progress=progress, prompt="document")
         table = np.array(spans, dtype=np.int64).reshape(-1, 3)
         indptr = np.searchsorted(table[:, 0], np.arange(len(texts) + 1)).astype(np.int64)
         keys: dict[str, int] = {}

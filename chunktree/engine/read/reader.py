@@ -198,7 +198,7 @@ def _extractive_worker(texts: list[str], provenance: list[Chunk | None], query: 
     without a query to the centroid of all sentences."""
     sentences = Sentences.of(texts, embedder, cache, progress=progress)
     if query is not None:
-        target = embed_texts([query], embedder, cache)[0][0]
+        target = embed_texts([query], embedder, cache, prompt="query")[0][0]
     else:  # summarising: closeness to the whole text's centroid
         centroid = sentences.vectors.mean(axis=0)
         target = centroid / max(float(np.linalg.norm(centroid)), 1e-12)

@@ -7,7 +7,7 @@ import onnxruntime as ort
 import pytest
 from scipy.special import erf
 
-from chunktree.models.bert_onnx import build_bert_onnx
+from chunktree.models.encoder_onnx import build_encoder_onnx
 
 CONFIG = {"hidden_size": 32, "num_attention_heads": 4, "num_hidden_layers": 2, "intermediate_size": 48,
           "layer_norm_eps": 1e-12, "hidden_act": "gelu", "vocab_size": 50, "max_position_embeddings": 40}
@@ -75,7 +75,7 @@ def numpy_bert(w, ids, mask):
 @pytest.fixture(scope="module")
 def tiny():
     w = random_weights()
-    model = build_bert_onnx(w, CONFIG, metadata={"note": "tiny"})
+    model = build_encoder_onnx(w, CONFIG, metadata={"note": "tiny"})
     return w, model, ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
 
 
@@ -116,7 +116,7 @@ def test_metadata_is_stored(tiny):
 def test_accepts_bert_prefix(tiny):
     _, _, sess = tiny
     w = {f"bert.{k}": v for k, v in random_weights().items()}
-    prefixed = ort.InferenceSession(build_bert_onnx(w, CONFIG).SerializeToString(),
+    prefixed = ort.InferenceSession(build_encoder_onnx(w, CONFIG).SerializeToString(),
                                     providers=["CPUExecutionProvider"])
     ids, mask = batch([5, 9])
     feeds = {"input_ids": ids, "attention_mask": mask}
@@ -127,9 +127,9 @@ def test_missing_tensor_is_named():
     w = random_weights()
     del w["encoder.layer.1.output.dense.bias"]
     with pytest.raises(ValueError, match=r"encoder.layer.1.output.dense.bias"):
-        build_bert_onnx(w, CONFIG)
+        build_encoder_onnx(w, CONFIG)
 
 
 def test_rejects_other_activations():
     with pytest.raises(ValueError, match=r"hidden_act must be 'gelu'.*'relu'"):
-        build_bert_onnx(random_weights(), {**CONFIG, "hidden_act": "relu"})
+        build_encoder_onnx(random_weights(), {**CONFIG, "hidden_act": "relu"})
