@@ -101,8 +101,9 @@ AUTO_HELP = ("auto: OpenVINO bf16 where the CPU has bf16 units (AVX-512 BF16 or 
 def _add_embedder_args(p: argparse.ArgumentParser, model_flag: str = "--model") -> None:
     """The flags of every command that embeds: model, backend, precision, threads."""
     p.add_argument(model_flag, dest="model", default=DEFAULT_MODEL.name,
-                   help=f"embedding model: {', '.join(MODELS)}, or an .onnx file from 'chunktree export' "
-                        "(default %(default)s)")
+                   help=f"embedding model: {', '.join(MODELS)} (bundled), a Hugging Face hub id such as "
+                        "BAAI/bge-small-en-v1.5 (downloaded into the hub's cache once), a local model folder, or an "
+                        ".onnx file from 'chunktree export'; 'chunktree models' lists them (default %(default)s)")
     p.add_argument("--backend", choices=BACKENDS, default="auto",
                    help=f"the runtime that embeds (default %(default)s). {AUTO_HELP}")
     p.add_argument("--precision", choices=PRECISIONS, default="auto",
@@ -430,6 +431,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="leave GET /metrics open when an API key is required (default: it needs the key too)")
     _add_decider_arg(p)
     p.set_defaults(func=cmd_serve)
+
+    p = sub.add_parser("models", help="list the embedding models chunktree knows and has built on this machine",
+                       description="The bundled models, and every model built on this machine from a folder or "
+                                   "a Hugging Face hub id, with dimension, window, pooling and prompts.")
+    p.add_argument("--format", choices=("text", "json"), default="text", help="output format (default %(default)s)")
+    p.set_defaults(func=cmd_models)
 
     p = sub.add_parser("export", help="convert a local BERT-family model to ONNX (needs chunktree[export])",
                        description="Convert a sentence-transformers / Hugging Face BERT-family model folder to a "
@@ -1050,6 +1057,24 @@ def cmd_serve(args: argparse.Namespace) -> int:
           f"(batching {'off' if args.no_batching else f'<= {args.max_batch} texts, {args.max_wait_ms} ms'}"
           f"{', API key required' if api_key else ''}; embedding cache {cache or 'off'})", flush=True)
     uvicorn.Server(server.config(app, limits, args.host, args.port, log_level="warning")).run()
+    return 0
+
+
+def cmd_models(args: argparse.Namespace) -> int:
+    from chunktree.models.registry import list_models
+
+    rows = list_models()
+    if args.format == "json":
+        print(dumps({"models": rows}, indent=1))
+        return 0
+    for row in rows:
+        if "dim" not in row:
+            print(f"{row['name']}  [{row['source']}] {row['state']}")
+            continue
+        prompts = ", ".join(f"{k}: {v!r}" for k, v in row["prompts"].items()) or "none"  # type: ignore[attr-defined]
+        print(f"{row['name']}  [{row['source']}] dim {row['dim']}, window {row['window']}, {row['pooling']} pooling, "
+              f"prompts {prompts}; {row['state']}")
+    print("any other: --model ORG/NAME (a Hugging Face hub id) or --model FOLDER; see the docs, Models")
     return 0
 
 

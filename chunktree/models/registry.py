@@ -152,3 +152,36 @@ def build_onnx(folder: ModelFolder, target: Path) -> None:
     except (SafetensorError, OSError) as exc:
         raise InvalidValueError(f"{folder.weights}: not readable safetensors weights ({exc})") from None
     write_model(build_encoder_onnx(weights, folder.config, folder.pooling, metadata), target)
+
+
+def list_models() -> list[dict[str, object]]:
+    """The models chunktree knows (bundled, installed or not) and those it has built on this machine
+    (``cache_dir()/models``, by the current builder), each with its dimension, window, pooling and
+    prompts."""
+    import onnx
+
+    from chunktree.models.onnx_file import META_WINDOWS_ALONE
+
+    rows: dict[str, dict[str, object]] = {}
+    for desc in MODELS.values():
+        try:
+            weights_dir(desc)
+            state = "installed"
+        except ModelNotInstalledError:
+            state = f"not installed: {desc.install_command}"
+        rows[desc.name] = {"name": desc.name, "source": "bundled", "dim": desc.dim, "window": desc.window,
+                           "pooling": "mean", "prompts": {}, "state": state, "file": None}
+    for path in sorted((cache_dir() / "models").glob(f"*-b{BUILDER_VERSION}.onnx")):
+        try:
+            meta = {p.key: p.value for p in onnx.load(str(path), load_external_data=False).metadata_props}
+        except Exception:  # any parse failure: listed as damaged; the Embedder moves it aside and rebuilds it
+            rows[str(path)] = {"name": path.stem, "source": "built", "state": "damaged (rebuilt on next use)",
+                               "file": str(path)}
+            continue
+        name = meta.get(META_NAME, path.stem)
+        if meta.get(META_WINDOWS_ALONE) == "1" or name in MODELS:  # an int8 graph, or a bundled model's build
+            continue
+        rows[name] = {"name": name, "source": "built", "dim": int(meta.get(META_DIM, 0)),
+                      "window": int(meta.get(META_WINDOW, 0)), "pooling": meta.get(META_POOLING, "mean"),
+                      "prompts": json.loads(meta.get(META_PROMPTS, "{}")), "state": "ready", "file": str(path)}
+    return list(rows.values())
