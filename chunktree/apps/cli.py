@@ -98,12 +98,15 @@ AUTO_HELP = ("auto: OpenVINO bf16 where the CPU has bf16 units (AVX-512 BF16 or 
              "output's embedding record.")
 
 
-def _add_embedder_args(p: argparse.ArgumentParser, model_flag: str = "--model") -> None:
-    """The flags of every command that embeds: model, backend, precision, threads."""
-    p.add_argument(model_flag, dest="model", default=DEFAULT_MODEL.name,
+def _add_embedder_args(p: argparse.ArgumentParser, model_flag: str = "--model", several: bool = False) -> None:
+    """The flags of every command that embeds: model (``several``: repeatable), backend, precision, threads."""
+    p.add_argument(model_flag, dest="model", default=None if several else DEFAULT_MODEL.name,
+                   action="append" if several else "store",
                    help=f"embedding model: {', '.join(MODELS)} (bundled), a Hugging Face hub id such as "
                         "BAAI/bge-small-en-v1.5 (downloaded into the hub's cache once), a local model folder, or an "
-                        ".onnx file from 'chunktree export'; 'chunktree models' lists them (default %(default)s)")
+                        ".onnx file from 'chunktree export'; 'chunktree models' lists them (default "
+                        f"{DEFAULT_MODEL.name})" + ("; repeat it to serve several, the first the default and the "
+                                                    "conversations'; a request's 'model' chooses" if several else ""))
     p.add_argument("--backend", choices=BACKENDS, default="auto",
                    help=f"the runtime that embeds (default %(default)s). {AUTO_HELP}")
     p.add_argument("--precision", choices=PRECISIONS, default="auto",
@@ -387,7 +390,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "GET /health and /metrics, with micro-batching of concurrent requests.")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default %(default)s: loopback only)")
     p.add_argument("--port", type=_int(1, 65535), default=8000, help="port (default %(default)s)")
-    _add_embedder_args(p)
+    _add_embedder_args(p, several=True)
     p.add_argument("--api-key-env", default=None, metavar="NAME",
                    help="require 'Authorization: Bearer <key>' with the key read from this environment variable")
     p.add_argument("--max-batch", type=_int(1), default=32, help="texts per model call (default %(default)s)")
@@ -1044,16 +1047,19 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from chunktree.track.forest import load_decider
 
     decider = load_decider(args.decider) or "thresholds"  # a bad file fails before the model loads
+    names = args.model or [DEFAULT_MODEL.name]
     if args.conversations is not None:  # a folder another server holds fails before the model loads, too
         _check_output_folder(args.conversations / "x", "--conversations")  # the folder made and writable
         FolderLock(args.conversations, "chunktree serve").release()  # create_app takes it for good
-    embedder = _embedder(args)
+    embedders = [_embedder(argparse.Namespace(**{**vars(args), "model": name})) for name in names]
+    embedder = embedders[0]
     from chunktree.paths import cache_dir
 
     cache = None if args.no_cache else args.cache or cache_dir() / "embeddings.sqlite"
     app = create_app(embedder, api_key=api_key, limits=limits, metrics_public=args.metrics_public,
-                     conversations_dir=args.conversations, decider=decider, cache=cache)
-    print(f"chunktree serve: {embedder.model_id} ({embedder.backend} {embedder.precision}) on http://{args.host}:{args.port} "
+                     conversations_dir=args.conversations, decider=decider, cache=cache, others=embedders[1:])
+    served = ", ".join(e.model_id for e in embedders)
+    print(f"chunktree serve: {served} ({embedder.backend} {embedder.precision}) on http://{args.host}:{args.port} "
           f"(batching {'off' if args.no_batching else f'<= {args.max_batch} texts, {args.max_wait_ms} ms'}"
           f"{', API key required' if api_key else ''}; embedding cache {cache or 'off'})", flush=True)
     uvicorn.Server(server.config(app, limits, args.host, args.port, log_level="warning")).run()

@@ -106,6 +106,9 @@ class Embedder:
         ``"cls"``, ``"mean"`` or ``"lasttoken"``.
     prompts
         the model's prompts by name (``{"query": "query: ", ...}``); ``prompt(name)`` picks one.
+    matryoshka
+        the model card declares Matryoshka training: the first ``d`` dimensions of a vector,
+        normalised again, are a shorter embedding (the service's ``dimensions``).
     backend, precision
         what it runs on (``choice``).
     vectors_id
@@ -173,8 +176,13 @@ class Embedder:
         pad = self.tokenizer.padding
         named = [i for i in (self.tokenizer.token_to_id(t) for t in ("[PAD]", "<pad>")) if i is not None]
         self._pad_id = int(pad["pad_id"]) if pad is not None else named[0] if named else 0
+        # The special tokens the model puts before and after a window's content (for token-id input).
+        marked, bare = self.tokenizer.encode("a").ids, self.tokenizer.encode("a", add_special_tokens=False).ids
+        at = next(j for j in range(len(marked)) if marked[j:j + len(bare)] == bare)
+        self._around = (marked[:at], marked[at + len(bare):])
         self.pooling: str = meta.get(onnx_file.META_POOLING, "mean")
         self.prompts: dict[str, str] = json.loads(meta.get(onnx_file.META_PROMPTS, "{}"))
+        self.matryoshka: bool = meta.get(onnx_file.META_MATRYOSHKA) == "1"
 
     def _open(self, model: str | os.PathLike[str], threads: int | None) -> backends.Session:
         """The runtime's session of ``self.path``. A converted model in chunktree's cache that the
@@ -224,20 +232,46 @@ class Embedder:
             if not isinstance(t, str):
                 raise InvalidTypeError(f"texts[{i}] must be str; got {type(t).__name__}")
             unicode(t, f"texts[{i}]")
-        batch_size = self.batch_size if batch_size is None else positive_int(batch_size, "batch_size")
-        batch_tokens = self.batch_tokens if batch_tokens is None else positive_int(batch_tokens, "batch_tokens")
-        if self.windows_alone:
-            batch_size = 1
-        out = np.zeros((len(texts), self.dim), dtype=np.float32)
-        if not texts:
-            return out
-
         windows: list[list[int]] = []
         owner: list[int] = []
         for i, enc in enumerate(self._window_tokenizer.encode_batch(texts)):
             for w in [enc, *enc.overflowing]:
                 windows.append(w.ids)
                 owner.append(i)
+        return self._embed_windows(windows, owner, len(texts), batch_size, batch_tokens, progress)
+
+    def embed_token_ids(self, ids: Sequence[Sequence[int]], *, batch_size: int | None = None,
+                        batch_tokens: int | None = None) -> np.ndarray:
+        """Embed texts given as the model's own token ids (without special tokens), as ``embed``
+        embeds the texts they tokenise to: windows of the content ids, the model's special tokens
+        around each. Ids outside the vocabulary raise ``InvalidValueError`` naming the first."""
+        vocab = self.tokenizer.get_vocab_size(with_added_tokens=True)
+        windows: list[list[int]] = []
+        owner: list[int] = []
+        room = self.window - len(self._around[0]) - len(self._around[1])
+        for i, seq in enumerate(ids):
+            seq = list(seq)
+            bad = next((j for j, t in enumerate(seq) if isinstance(t, bool) or not isinstance(t, (int, np.integer))
+                        or not 0 <= t < vocab), None)
+            if bad is not None:
+                raise InvalidValueError(f"ids[{i}][{bad}] must be a token id of this model, an int in [0, {vocab}); "
+                                        f"got {seq[bad]!r:.40}")
+            for start in range(0, max(len(seq), 1), room):
+                windows.append(self._around[0] + [int(t) for t in seq[start:start + room]] + self._around[1])
+                owner.append(i)
+        return self._embed_windows(windows, owner, len(ids), batch_size, batch_tokens, False)
+
+    def _embed_windows(self, windows: list[list[int]], owner: list[int], n: int, batch_size: int | None,
+                       batch_tokens: int | None, progress: bool) -> np.ndarray:
+        """The vectors of ``n`` texts from their windows (``owner[j]``: the text of window ``j``):
+        the token-weighted, normalised mean of each text's windows."""
+        batch_size = self.batch_size if batch_size is None else positive_int(batch_size, "batch_size")
+        batch_tokens = self.batch_tokens if batch_tokens is None else positive_int(batch_tokens, "batch_tokens")
+        if self.windows_alone:
+            batch_size = 1
+        out = np.zeros((n, self.dim), dtype=np.float32)
+        if not n:
+            return out
         lengths = np.fromiter((len(w) for w in windows), dtype=np.int64, count=len(windows))
         widths = self.pass_widths(lengths)
         vectors = np.empty((len(windows), self.dim), dtype=np.float32)

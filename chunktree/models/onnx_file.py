@@ -19,6 +19,7 @@ META_DIM = "chunktree.dim"
 META_TOKENIZER = "chunktree.tokenizer"
 META_POOLING = "chunktree.pooling"  # cls, mean or lasttoken (informative: the graph pools)
 META_PROMPTS = "chunktree.prompts"  # JSON: prompt name -> the text put before such a text
+META_MATRYOSHKA = "chunktree.matryoshka"  # "1": the leading dimensions are an embedding of their own
 
 # Set by the int8 build: run each window alone, so a text's activation scales come from it only.
 META_WINDOWS_ALONE = "chunktree.windows_alone"

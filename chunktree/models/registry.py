@@ -20,6 +20,7 @@ from pathlib import Path
 from chunktree.checks import ChunktreeError, InvalidValueError
 from chunktree.models.onnx_file import (
     META_DIM,
+    META_MATRYOSHKA,
     META_MODEL_ID,
     META_NAME,
     META_POOLING,
@@ -146,6 +147,7 @@ def build_onnx(folder: ModelFolder, target: Path) -> None:
         META_TOKENIZER: folder.tokenizer.read_text(encoding="utf-8"),
         META_POOLING: folder.pooling,
         META_PROMPTS: json.dumps(folder.prompts, ensure_ascii=False),
+        META_MATRYOSHKA: "1" if folder.matryoshka else "0",
     }
     try:
         weights = load_file(str(folder.weights))

@@ -10,7 +10,10 @@ it) and ``tokenizer.json``. A sentence-transformers model adds:
 - the Pooling module's ``config.json``: which pooling (``cls``, ``mean`` or ``lasttoken`` are built;
   max and weighted pooling are refused by name);
 - ``sentence_bert_config.json``: ``max_seq_length``, the window;
-- ``config_sentence_transformers.json``: the ``prompts`` that go before a query or a document.
+- ``config_sentence_transformers.json``: the ``prompts`` that go before a query or a document;
+- ``README.md``: a model card whose metadata names Matryoshka training (a ``matryoshka`` tag, or
+  sentence-transformers' ``loss:MatryoshkaLoss``) says that the vector's leading dimensions are an
+  embedding of their own, so a shorter vector is the first ``d`` dimensions, normalised again.
 
 A folder without ``modules.json`` is a plain transformers model: mean pooling, as
 sentence-transformers would build it.
@@ -33,7 +36,7 @@ from chunktree.models.encoder_onnx import FAMILIES
 log = logging.getLogger(__name__)
 
 # The files a hub download fetches: the configurations, the safetensors weights, the tokenizer.
-HUB_FILES = ["*.json", "*.safetensors", "*/config.json", "*.txt", "*.model"]
+HUB_FILES = ["*.json", "*.safetensors", "*/config.json", "*.txt", "*.model", "README.md"]
 # sentence-transformers' pooling flags, by the pooling chunktree builds for them (None: refused).
 _POOLINGS = {"pooling_mode_cls_token": "cls", "pooling_mode_mean_tokens": "mean", "pooling_mode_lasttoken": "lasttoken",
              "pooling_mode_max_tokens": None, "pooling_mode_mean_sqrt_len_tokens": None,
@@ -63,6 +66,8 @@ class ModelFolder:
         tokens per forward pass, special tokens included.
     prompts
         prompt name (``query``, ``document``...) -> the text put before such a text.
+    matryoshka
+        the model card declares Matryoshka training.
     """
 
     name: str
@@ -71,6 +76,7 @@ class ModelFolder:
     pooling: str
     window: int
     prompts: dict[str, str] = field(default_factory=dict)
+    matryoshka: bool = False
 
     @property
     def weights(self) -> Path:
@@ -85,7 +91,7 @@ class ModelFolder:
         path, size and time; the weights are hashed only when the model is built)."""
         st = self.weights.stat()
         parts = [str(self.weights.resolve()), str(st.st_size), str(st.st_mtime_ns), self.pooling, str(self.window),
-                 json.dumps(self.prompts, sort_keys=True)]
+                 json.dumps(self.prompts, sort_keys=True), str(self.matryoshka)]
         return hashlib.sha256("|".join(parts).encode()).hexdigest()[:16]
 
 
@@ -131,7 +137,8 @@ def read_folder(path: str | os.PathLike[str], name: str | None = None) -> ModelF
     if family not in FAMILIES:
         raise InvalidValueError(f"{name}: model_type {family!r} in config.json is not an encoder chunktree builds; "
                                 f"it builds {list(FAMILIES)}")
-    return ModelFolder(name, transformer, config, pooling, _window(root, transformer, config), _prompts(root))
+    return ModelFolder(name, transformer, config, pooling, _window(root, transformer, config), _prompts(root),
+                       _matryoshka(root))
 
 
 def _pooling(path: Path) -> str:
@@ -165,6 +172,18 @@ def _prompts(root: Path) -> dict[str, str]:
     if not isinstance(prompts, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in prompts.items()):
         raise InvalidValueError(f"{path}: prompts must map names to strings; got {prompts!r:.80}")
     return {k: v for k, v in prompts.items() if v}
+
+
+def _matryoshka(root: Path) -> bool:
+    """Whether the model card's metadata (the front matter of README.md) names Matryoshka training."""
+    try:
+        card = (root / "README.md").read_text(encoding="utf-8", errors="replace")[:100_000]
+    except OSError:
+        return False
+    if not card.startswith("---"):
+        return False
+    end = card.find("\n---", 3)
+    return "matryoshka" in card[3:end if end > 0 else None].lower()
 
 
 def hub_folder(repo_id: str) -> Path:

@@ -97,8 +97,10 @@ def test_openai_client_lists_and_retrieves_the_served_model(service, embedder):
     (model,) = client.models.list().data
     assert model.id == embedder.model_id and model.object == "model" and model.owned_by == "chunktree"
     assert abs(model.created - time.time()) < 24 * 3600
-    assert model.model_extra["chunktree"] == {"backend": embedder.backend, "precision": embedder.precision,
-                                              "choice": embedder.choice.reason, "dim": 384}
+    assert model.model_extra["chunktree"] == {"name": "all-MiniLM-L6-v2", "backend": embedder.backend,
+                                              "precision": embedder.precision, "choice": embedder.choice.reason,
+                                              "dim": 384, "window": 256, "pooling": "mean", "prompts": {},
+                                              "matryoshka": False, "default": True}
     assert client.models.retrieve("all-MiniLM-L6-v2").id == client.models.retrieve(embedder.model_id).id == model.id
     with pytest.raises(NotFoundError) as missing:
         client.models.retrieve("gpt-4")
@@ -253,7 +255,11 @@ def test_select_equals_library(service, embedder):
 
 @pytest.mark.parametrize("path, payload, status, message", [
     ("/v1/embeddings", {"input": []}, 422, "'input' must not be empty"),
-    ("/v1/embeddings", {"input": [1, 2]}, 422, "'input' must be a string or a list of strings; got list"),
+    ("/v1/embeddings", {"input": 5}, 422, "'input' must be a string or a list of strings; got int"),
+    ("/v1/embeddings", {"input": [1.5, 2]}, 422, "a list of token ids or a list of lists of token ids; 'input[0]' is not"),
+    ("/v1/embeddings", {"input": [[1, 2], "a"]}, 422, "'input' must be a string, a list of strings, a list of token "
+                                                      "ids or a list of lists of token ids; 'input[1]' is not"),
+    ("/v1/embeddings", {"input": [[1, 10**9]]}, 422, "ids[0][1] must be a token id of this model, an int in [0, 30522)"),
     ("/v1/embeddings", {"input": ["a"] * 9}, 413, "holds 9 texts; the limit is max_texts=8 per request (raise it "
                                                   "with chunktree serve --max-texts N"),
     ("/v1/embeddings", {"input": ["x" * 501]}, 422, "has 501 characters; the limit is max_chars=500"),
@@ -261,7 +267,8 @@ def test_select_equals_library(service, embedder):
     ("/v1/embeddings", {"input": ["ok", " \n\t"]}, 422, "'input[1]' is only whitespace"),
     ("/v1/order", {"texts": ["a", "   "]}, 422, "'texts[1]' is only whitespace"),
     ("/v1/embeddings", {"input": "a", "encoding_format": "hex"}, 422, "'encoding_format' must be"),
-    ("/v1/embeddings", {"input": "a", "dimensions": 10}, 422, "'dimensions' must be 384"),
+    ("/v1/embeddings", {"input": "a", "dimensions": 10}, 400, "'dimensions' must be 384: its model card does not "
+                                                              "declare Matryoshka training"),
     ("/v1/embeddings", ["not", "an", "object"], 422, "must be a JSON object; got list"),
     ("/v1/order", {"texts": SENTENCES, "strategy": "zigzag"}, 422, "strategy must be one of"),
     ("/v1/order", {"texts": SENTENCES, "root": 99}, 422, "root (a chunk index) must be in [0, 3]; got 99"),
@@ -1136,3 +1143,67 @@ def test_oh36_a_connection_that_never_sends_a_byte_is_closed_at_the_head_deadlin
     sock = _raw(guarded.port)
     answer = _answer(sock)
     assert answer.startswith(b"HTTP/1.1 408 ") and b"the request head did not arrive within 1 s" in answer
+
+
+# -- several models, token ids and Matryoshka dimensions (issue 56), through the openai client --
+
+@pytest.fixture(scope="module")
+def two_models(embedder, tmp_path_factory):
+    from model_folders import write_model_folder
+
+    from chunktree import Embedder
+
+    root = tmp_path_factory.mktemp("models")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CHUNKTREE_CACHE_DIR", str(root / "cache"))
+        tiny = Embedder(write_model_folder(root / "tiny-matryoshka", "bert", "cls", matryoshka=True))
+    with Served(create_app(embedder, others=[tiny])) as s:
+        yield s, tiny
+
+
+def test_several_models_are_served_and_the_request_chooses(two_models, embedder):
+    from openai import NotFoundError, OpenAI
+
+    s, tiny = two_models
+    client = OpenAI(base_url=s.url + "/v1", api_key="unused")
+    listed = {m.id: m.model_extra["chunktree"] for m in client.models.list().data}
+    assert listed[embedder.model_id]["default"] and not listed[tiny.model_id]["default"]
+    assert listed[tiny.model_id]["pooling"] == "cls" and listed[tiny.model_id]["matryoshka"]
+    by_name = client.embeddings.create(model="tiny-matryoshka", input=["the whale"], encoding_format="float")
+    assert by_name.model == tiny.model_id and len(by_name.data[0].embedding) == 32
+    np.testing.assert_allclose(by_name.data[0].embedding, tiny.embed(["the whale"])[0], atol=1e-5)
+    default = client.embeddings.create(model=embedder.model_id, input=["the whale"], encoding_format="float")
+    assert len(default.data[0].embedding) == 384
+    with pytest.raises(NotFoundError, match="serves 'all-MiniLM-L6-v2', 'tiny-matryoshka'"):
+        client.embeddings.create(model="gpt-4", input=["the whale"])
+    ordered = HTTP.post(s.url + "/v1/order", json={"texts": SENTENCES, "query": "whale", "model": "tiny-matryoshka"})
+    assert ordered.status_code == 200 and ordered.json()["embedding"]["model"] == tiny.model_id
+
+
+def test_token_ids_embed_as_the_text_they_tokenise_to(two_models, embedder):
+    from openai import OpenAI
+
+    s, _ = two_models
+    client = OpenAI(base_url=s.url + "/v1", api_key="unused")
+    ids = [embedder.tokenizer.encode(t, add_special_tokens=False).ids for t in SENTENCES[:2]]
+    reply = client.embeddings.create(model="all-MiniLM-L6-v2", input=ids, encoding_format="float")
+    got = np.array([d.embedding for d in reply.data], np.float32)
+    np.testing.assert_allclose(got, embedder.embed(SENTENCES[:2]), atol=1e-5)
+    assert reply.usage.prompt_tokens == sum(map(len, ids))
+    one = client.embeddings.create(model="all-MiniLM-L6-v2", input=ids[0], encoding_format="float")
+    np.testing.assert_allclose(one.data[0].embedding, got[0], atol=1e-6)
+
+
+def test_dimensions_shorten_a_matryoshka_models_vectors_and_no_other(two_models):
+    from openai import BadRequestError, OpenAI
+
+    s, tiny = two_models
+    client = OpenAI(base_url=s.url + "/v1", api_key="unused")
+    short = client.embeddings.create(model="tiny-matryoshka", input=["the whale"], dimensions=8,
+                                     encoding_format="float").data[0].embedding
+    full = tiny.embed(["the whale"])[0]
+    np.testing.assert_allclose(short, full[:8] / np.linalg.norm(full[:8]), atol=1e-5)
+    with pytest.raises(BadRequestError, match="does not declare Matryoshka training"):
+        client.embeddings.create(model="all-MiniLM-L6-v2", input=["the whale"], dimensions=128)
+    with pytest.raises(BadRequestError, match="must be from 1 to 32"):
+        client.embeddings.create(model="tiny-matryoshka", input=["the whale"], dimensions=64)

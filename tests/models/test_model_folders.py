@@ -22,6 +22,10 @@ def own_caches(tmp_path, monkeypatch):
     monkeypatch.setenv("CHUNKTREE_CACHE_DIR", str(tmp_path / "chunktree-cache"))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    from huggingface_hub import constants  # read from the environment when first imported: set here too
+
+    monkeypatch.setattr(constants, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
 
 
 def hub_layout(folder, hub, repo_id, commit="0123456789abcdef0123456789abcdef01234567"):

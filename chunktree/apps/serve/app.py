@@ -41,7 +41,7 @@ async def _hung_up(request: Any) -> None:
 def create_app(embedder: Any = None, *, model: str | None = None, api_key: str | None = None,
                limits: Limits | None = None, metrics_public: bool = False,
                conversations_dir: str | os.PathLike[str] | None = None, decider: Any = None,
-               cache: str | os.PathLike[str] | None = None) -> Any:
+               cache: str | os.PathLike[str] | None = None, others: Any = ()) -> Any:
     """The ASGI app. ``embedder`` (or an ``Embedder(model)``, or the default model, loaded at startup)
     is warmed up before ``/health`` reports ready. ``metrics_public`` leaves ``/metrics`` open when
     an ``api_key`` is required. ``conversations_dir`` keeps every conversation's forest on disk (see
@@ -50,7 +50,9 @@ def create_app(embedder: Any = None, *, model: str | None = None, api_key: str |
     conversation's turns, as ``Forest`` takes it (None: the shipped learned decider;
     ``"thresholds"``; a ``LearnedDecider`` or the path of a decider file, read here so that a bad
     one fails before the server starts). ``cache``: an SQLite embedding cache file
-    (``EmbeddingCache``) that every endpoint embeds through; None: no cache."""
+    (``EmbeddingCache``) that every endpoint embeds through; None: no cache. ``others``: further
+    models to serve (embedders, or names loaded at startup), chosen by a request's ``model``; the
+    first model is the default and the conversations'."""
     require("starlette", "serve", "chunktree serve")
     orjson = require("orjson", "serve", "chunktree serve")
     from starlette.applications import Starlette
@@ -73,7 +75,7 @@ def create_app(embedder: Any = None, *, model: str | None = None, api_key: str |
     from chunktree.track.forest import load_decider
 
     service = Service(embedder, model, api_key, limits or Limits(), folder, load_decider(decider) or "thresholds",
-                      None if cache is None else EmbeddingCache(Path(cache)))
+                      None if cache is None else EmbeddingCache(Path(cache)), others)
 
     class FastJSON(JSONResponse):
         """JSON through orjson: float32 arrays serialised directly, several times faster than json."""

@@ -182,6 +182,25 @@ def texts_field(body: dict[str, Any], field: str, limits: Limits, allow_single: 
     return value
 
 
+def token_ids_field(body: dict[str, Any], field: str, limits: Limits) -> list[list[int]] | None:
+    """``body[field]`` as token ids, as the OpenAI API takes them: a list of ints (one text) or a
+    list of lists of ints; None when it holds text. The count limit is ``max_texts``, and a text
+    of ids at most ``max_chars`` ids long."""
+    value = body.get(field)
+    if not isinstance(value, list) or not value or isinstance(value[0], str):
+        return None
+    rows = [value] if all(isinstance(t, int) and not isinstance(t, bool) for t in value) else value
+    for i, row in enumerate(rows):
+        if not isinstance(row, list) or not all(isinstance(t, int) and not isinstance(t, bool) for t in row):
+            raise HTTPError(422, f"'{field}' must be a string, a list of strings, a list of token ids or a list of "
+                                 f"lists of token ids; '{field}[{i}]' is not", field)
+        if len(row) > limits.max_chars:
+            raise HTTPError(422, f"'{field}[{i}]' has {len(row)} token ids; the limit is max_chars={limits.max_chars}",
+                            field)
+    _count_limit(field, len(rows), "texts", limits.max_texts, "max_texts")
+    return rows
+
+
 def vectors_field(body: dict[str, Any], field: str, limits: Limits) -> np.ndarray:
     """``body[field]``: a non-empty list of equally long, non-empty lists of finite numbers, at most
     ``max_chunks`` of them, as float32 (n, d)."""

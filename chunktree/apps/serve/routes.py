@@ -34,7 +34,7 @@ from typing import Any
 import numpy as np
 
 from chunktree.apps.serve.batcher import BatchedEmbedder, Overloaded, QueueTimeout
-from chunktree.apps.serve.http import HTTPError, optional_field, texts_field, vectors_field
+from chunktree.apps.serve.http import HTTPError, optional_field, texts_field, token_ids_field, vectors_field
 from chunktree.apps.serve.service import Service
 from chunktree.checks import ChunktreeError, InvalidValueError, unicode, visible
 from chunktree.engine.order import DEFAULT_STRATEGY, order
@@ -50,12 +50,13 @@ def _refused(exc: Overloaded | QueueTimeout) -> HTTPError:
     return HTTPError(503, str(exc), code="queue_timeout", headers={"Retry-After": "1"})
 
 
-async def _run_library(service: Service, function: Any, *args: Any, **kwargs: Any) -> Any:
-    """``function(*args, **kwargs)`` in a worker thread, embedding through the micro-batcher; its
-    input errors become 422, refusals by the queue 503. If the request is abandoned, the thread's
-    next embedding stops it."""
+async def _run_library(service: Service, function: Any, *args: Any, model: str | None = None, **kwargs: Any) -> Any:
+    """``function(*args, **kwargs)`` in a worker thread, embedding through the micro-batcher of the
+    served ``model`` (None: the default); its input errors become 422, refusals by the queue 503. If
+    the request is abandoned, the thread's next embedding stops it."""
     loop = asyncio.get_running_loop()
-    embedder = BatchedEmbedder(service.embedder, service.running, loop)
+    served, batcher = _pick(service, model, "model")
+    embedder = BatchedEmbedder(served, batcher, loop)
     try:
         return await asyncio.to_thread(function, *args, embedder=embedder, cache=service.cache, **kwargs)
     except asyncio.CancelledError:
@@ -67,56 +68,67 @@ async def _run_library(service: Service, function: Any, *args: Any, **kwargs: An
         raise _refused(exc) from None
 
 
-def _model_card(service: Service) -> dict[str, Any]:
-    """The served model in the OpenAI shape (``created`` is when this server started), with what
-    it runs on under ``chunktree``."""
-    e = service.embedder
+def _model_card(service: Service, e: Any) -> dict[str, Any]:
+    """A served model in the OpenAI shape (``created`` is when this server started), with what it
+    runs on and what it takes under ``chunktree``."""
     return {"id": e.model_id, "object": "model", "created": service.started, "owned_by": "chunktree",
-            "chunktree": {"backend": e.backend, "precision": e.precision, "choice": e.choice.reason, "dim": e.dim}}
+            "chunktree": {"name": e.name, "backend": e.backend, "precision": e.precision, "choice": e.choice.reason,
+                          "dim": e.dim, "window": e.window, "pooling": e.pooling, "prompts": e.prompts,
+                          "matryoshka": e.matryoshka, "default": e is service.embedder}}
 
 
-def _check_served(service: Service, model: str, param: str | None) -> None:
-    """404 ``model_not_found`` unless ``model`` is the served model's name or id."""
-    served = (service.embedder.name, service.embedder.model_id)
-    if model not in served:
-        raise HTTPError(404, f"the model {model!r:.80} is not served here; this server serves {served[0]!r} "
-                             f"(model id {served[1]!r})", param, code="model_not_found")
+def _pick(service: Service, model: str | None, param: str | None) -> tuple[Any, Any]:
+    """The served model named ``model`` (name or model id; None: the default) and its batcher, or
+    404 ``model_not_found`` naming the models served."""
+    try:
+        return service.pick(model)
+    except LookupError as exc:
+        raise HTTPError(404, str(exc), param, code="model_not_found") from None
 
 
 async def list_models(service: Service, body: dict[str, Any], params: dict[str, str]) -> Any:
-    return {"object": "list", "data": [_model_card(service)]}
+    return {"object": "list", "data": [_model_card(service, e) for e, _ in service.served]}
 
 
 async def get_model(service: Service, body: dict[str, Any], params: dict[str, str]) -> Any:
-    _check_served(service, params["id"], None)
-    return _model_card(service)
+    return _model_card(service, _pick(service, params["id"], None)[0])
 
 
 async def embeddings(service: Service, body: dict[str, Any], params: dict[str, str]) -> Any:
     limits = service.limits
-    texts = texts_field(body, "input", limits, allow_single=True)
     fmt = optional_field(body, "encoding_format", str, "float")
     if fmt not in ("float", "base64"):
         raise HTTPError(422, f"'encoding_format' must be 'float' or 'base64'; got {fmt!r:.80}", "encoding_format")
-    model = optional_field(body, "model", str, None)
-    if model is not None:
-        _check_served(service, model, "model")
+    e, batcher = _pick(service, optional_field(body, "model", str, None), "model")
     dims = optional_field(body, "dimensions", int, None)
-    if dims is not None and dims != service.embedder.dim:
-        raise HTTPError(422, f"'dimensions' must be {service.embedder.dim} for this model; got {dims}", "dimensions")
-    vectors, tokens = await _embed_cached(service, texts)
+    if dims is not None and dims != e.dim and not (e.matryoshka and 1 <= dims < e.dim):
+        allowed = f"from 1 to {e.dim} (it is trained for shorter vectors)" if e.matryoshka else (
+            f"{e.dim}: its model card does not declare Matryoshka training, so its vectors cannot be shortened")
+        raise HTTPError(400, f"'dimensions' must be {allowed} for {e.name!r}; got {dims}", "dimensions")
+    ids = token_ids_field(body, "input", limits)
+    if ids is not None:  # the model's own token ids, as the OpenAI API allows; not cached
+        try:
+            vectors = await asyncio.to_thread(e.embed_token_ids, ids)
+        except ChunktreeError as exc:
+            raise HTTPError(422, str(exc), "input") from None
+        tokens = sum(map(len, ids))
+    else:
+        vectors, tokens = await _embed_cached(service, texts_field(body, "input", limits, allow_single=True),
+                                              e, batcher)
+    if dims is not None and dims < e.dim:  # Matryoshka: the leading dimensions, normalised again
+        vectors = vectors[:, :dims] / np.maximum(np.linalg.norm(vectors[:, :dims], axis=1, keepdims=True), 1e-12)
     data = []
     for i, v in enumerate(vectors):
         value: Any = base64.b64encode(v.astype("<f4").tobytes()).decode() if fmt == "base64" else v
         data.append({"object": "embedding", "index": i, "embedding": value})
-    return {"object": "list", "data": data, "model": service.embedder.model_id,
+    return {"object": "list", "data": data, "model": e.model_id,
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
 
 
-async def _embed_cached(service: Service, texts: list[str]) -> tuple[Any, int]:
-    """The vectors of ``texts`` (the cache's where it has them, the rest embedded through the
-    batcher and stored) and the texts' token count."""
-    e, cache = service.embedder, service.cache
+async def _embed_cached(service: Service, texts: list[str], e: Any, batcher: Any) -> tuple[Any, int]:
+    """The vectors of ``texts`` by model ``e`` (the cache's where it has them, the rest embedded
+    through its ``batcher`` and stored) and the texts' token count."""
+    cache = service.cache
     if cache is None:
         found = np.zeros(len(texts), dtype=bool)
         vectors = np.zeros((len(texts), e.dim), dtype=np.float32)
@@ -127,7 +139,7 @@ async def _embed_cached(service: Service, texts: list[str]) -> tuple[Any, int]:
     if missing.size:
         todo = [texts[i] for i in missing]
         try:
-            new, counts = await service.running.embed(todo)
+            new, counts = await batcher.embed(todo)
         except (Overloaded, QueueTimeout) as exc:
             raise _refused(exc) from None
         vectors[missing] = new
@@ -159,11 +171,13 @@ async def order_endpoint(service: Service, body: dict[str, Any], params: dict[st
                              f"{service.limits.max_chars:,}", "query")
     strategy = optional_field(body, "strategy", str, DEFAULT_STRATEGY)
     root = optional_field(body, "root", int, None)
-    if query is not None and isinstance(chunks, np.ndarray) and chunks.shape[1] != service.embedder.dim:
-        raise HTTPError(422, f"'vectors' have {chunks.shape[1]} dims, but 'query' is embedded by the served model "
-                             f"{service.embedder.name!r} in {service.embedder.dim}: send that model's vectors "
-                             "(e.g. from /v1/embeddings), or no query", "vectors")
-    result = await _run_library(service, order, chunks, query, strategy=strategy, root=root)
+    model = optional_field(body, "model", str, None)
+    e = _pick(service, model, "model")[0]
+    if query is not None and isinstance(chunks, np.ndarray) and chunks.shape[1] != e.dim:
+        raise HTTPError(422, f"'vectors' have {chunks.shape[1]} dims, but 'query' is embedded by the model "
+                             f"{e.name!r} in {e.dim}: send that model's vectors (e.g. from /v1/embeddings), or no "
+                             "query", "vectors")
+    result = await _run_library(service, order, chunks, query, strategy=strategy, root=root, model=model)
     return result.to_dict()
 
 
@@ -177,7 +191,7 @@ async def select_endpoint(service: Service, body: dict[str, Any], params: dict[s
     coverage = optional_field(body, "coverage", bool, False)
     seed = optional_field(body, "seed", int, 0)
     result = await _run_library(service, select, chunks, k, per_cluster=per_cluster, balance=balance,
-                                 coverage=coverage, seed=seed)
+                                 coverage=coverage, seed=seed, model=optional_field(body, "model", str, None))
     return result.to_dict()
 
 

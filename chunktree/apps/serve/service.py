@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import time
 from pathlib import Path
@@ -36,12 +37,15 @@ class Metrics:
 
 
 class Service:
-    """What the endpoints share: the embedder (None until loaded), the batcher, limits, metrics,
-    the conversations, the embedding cache (an ``EmbeddingCache``, or None)."""
+    """What the endpoints share: the default embedder (None until loaded) and its batcher, the
+    further models served (``others``: embedders or names, each with a batcher of its own once
+    started), limits, metrics, the conversations, the embedding cache (an ``EmbeddingCache``, or None)."""
 
     def __init__(self, embedder: Any, model: str | None, api_key: str | None, limits: Limits,
-                 conversations_dir: Path | None, decider: Any, cache: Any = None) -> None:
+                 conversations_dir: Path | None, decider: Any, cache: Any = None, others: Any = ()) -> None:
         self.embedder, self.model, self.api_key, self.limits = embedder, model, api_key, limits
+        self.others: list[Any] = list(others)
+        self.served: list[tuple[Any, MicroBatcher]] = []  # every model with its batcher, the default first
         self.cache = cache
         self.decider = decider  # every conversation's Forest's: a LearnedDecider or "thresholds"
         self.metrics = Metrics()
@@ -64,12 +68,18 @@ class Service:
         if not isinstance(self.decider, str):
             self.decider.check(embedder.dim)  # a decider for other vectors fails at startup, not at the first turn
 
-        def embed(texts: list[str]) -> Any:
-            return embedder.embed(texts), embedder.count_tokens(texts)
-
-        self.batcher = MicroBatcher(embed, self.limits, self.metrics)
+        self.batcher = MicroBatcher(functools.partial(_embed_and_count, embedder), self.limits, self.metrics)
         self.batcher.start()
-        log.info("serving %s", embedder.model_id)
+        self.served = [(embedder, self.batcher)]
+        for other in self.others:
+            from chunktree.models.embedder import Embedder
+
+            loaded = other if not isinstance(other, str) else await asyncio.to_thread(Embedder, other)
+            await asyncio.to_thread(loaded.warmup)
+            batcher = MicroBatcher(functools.partial(_embed_and_count, loaded), self.limits, self.metrics)
+            batcher.start()
+            self.served.append((loaded, batcher))
+        log.info("serving %s", ", ".join(e.model_id for e, _ in self.served))
 
     @property
     def running(self) -> MicroBatcher:
@@ -78,8 +88,24 @@ class Service:
             raise RuntimeError("the service has not started")
         return self.batcher
 
+    def pick(self, model: str | None) -> tuple[Any, MicroBatcher]:
+        """The served model named ``model`` (by name or model id; None: the default) and its
+        batcher; ``LookupError`` naming the models served."""
+        for embedder, batcher in self.served:
+            if model is None or model in (embedder.name, embedder.model_id):
+                return embedder, batcher
+        names = ", ".join(repr(e.name) for e, _ in self.served)
+        raise LookupError(f"the model {model!r:.80} is not served here; this server serves {names}")
+
     async def stop(self) -> None:
+        for _, batcher in self.served[1:]:
+            await batcher.stop()
         if self.batcher is not None:
             await self.batcher.stop()
         if self.cache is not None:
             self.cache.close()
+
+
+def _embed_and_count(embedder: Any, texts: list[str]) -> Any:
+    """What a batcher runs: the texts' vectors and token counts."""
+    return embedder.embed(texts), embedder.count_tokens(texts)

@@ -66,8 +66,9 @@ def _weights(family, vocab_size, positions, rng):
 
 
 def write_model_folder(root, family="bert", pooling="mean", prompts=None, max_seq_length=64, seed=0,
-                       sentence_transformers=True):
-    """Write a tiny random model of ``family`` with ``pooling`` into ``root``; returns ``root``."""
+                       sentence_transformers=True, matryoshka=False):
+    """Write a tiny random model of ``family`` with ``pooling`` into ``root`` (``matryoshka``: a model
+    card whose metadata names Matryoshka training); returns ``root``."""
     from safetensors.numpy import save_file
 
     root = Path(root)
@@ -84,6 +85,9 @@ def write_model_folder(root, family="bert", pooling="mean", prompts=None, max_se
     (root / "config.json").write_text(json.dumps(config), encoding="utf-8")
     tok.save(str(root / "tokenizer.json"))
     save_file(_weights(family, vocab_size, positions, np.random.default_rng(seed)), str(root / "model.safetensors"))
+    if matryoshka:
+        (root / "README.md").write_text("---\ntags:\n- sentence-transformers\n- loss:MatryoshkaLoss\n---\n# tiny\n",
+                                        encoding="utf-8")
     if sentence_transformers:
         (root / "modules.json").write_text(json.dumps([
             {"idx": 0, "name": "0", "path": "", "type": "sentence_transformers.models.Transformer"},
