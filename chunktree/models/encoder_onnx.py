@@ -59,9 +59,9 @@ def relative_buckets(n: int, buckets: int = 32, max_distance: int = 128) -> np.n
     out = (m < 0).astype(np.int64) * half
     m = np.abs(m)
     exact = half // 2
-    with np.errstate(divide="ignore"):
-        large = exact + (np.log(m.astype(np.float32) / np.float32(exact)) / np.float32(math.log(max_distance / exact))
-                         * np.float32(half - exact)).astype(np.int64)
+    far = np.maximum(m, exact).astype(np.float32)  # the near ones take ``m`` below; no log of 0
+    large = exact + (np.log(far / np.float32(exact)) / np.float32(math.log(max_distance / exact))
+                     * np.float32(half - exact)).astype(np.int64)
     large = np.minimum(large, half - 1)
     return out + np.where(m < exact, m, large)
 
