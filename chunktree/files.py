@@ -7,11 +7,11 @@ flushed to disk, and renamed onto the target. The rename replaces whatever the p
 included, and never writes through the link to its target. If the writing fails or is
 interrupted, the temporary file is removed and the target is as it was.
 
-``FolderLock`` keeps a folder to one writing process at a time.
-
 ``replacing_npy`` does the same for a memory-mapped ``.npy`` array whose rows come in as they are
 computed, and reserves the file's whole size on disk first, so that a full disk is an ``OSError``
 before any work instead of a ``SIGBUS`` in the middle of it.
+
+``FolderLock`` keeps a folder to one writing process at a time.
 """
 
 from __future__ import annotations

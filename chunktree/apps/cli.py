@@ -239,8 +239,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--llm-timeout", type=_float(0.0, above=True), default=120.0,
                    help="seconds an LLM request may take, its reply included (default %(default)s)")
     p.add_argument("--llm-run-timeout", type=_float(0.0, above=True), default=None,
-                   help="seconds all LLM requests of the run may take together; past it the remaining steps fail "
-                        "and the run ends with an error (default: no bound)")
+                   help="seconds all LLM requests of the run may take together; past it the read stops with an "
+                        "error (default: no bound)")
     p.add_argument("--memory-tokens", type=_int(16), default=512, help="memory budget (default %(default)s)")
     p.add_argument("--memory-weight", type=_float(0.0), default=DEFAULT_MEMORY_WEIGHT,
                    help="extractive reader: weight of similarity to what the memory holds (default %(default)s: "
@@ -487,15 +487,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"chunktree {args.command}: error: {_name_the_option(args.command, str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"chunktree {args.command}: interrupted; no output was left half-written (a rerun "
-              "takes what was embedded from the cache)", file=sys.stderr)
+        print(f"chunktree {args.command}: interrupted; no output was left half-written", file=sys.stderr)
         return 130
     except BrokenPipeError:  # the reader closed the pipe (`| head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except OSError as exc:  # writing an output failed: a full disk, a folder made read-only meanwhile
         where = f": {exc.filename}" if exc.filename else ""
-        print(f"chunktree {args.command}: error: {exc.strerror or exc}{where}; nothing was written", file=sys.stderr)
+        print(f"chunktree {args.command}: error: {exc.strerror or exc}{where}; the file being written was not kept",
+              file=sys.stderr)
         with contextlib.suppress(OSError):  # what stdout still buffers cannot be written either
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 2
@@ -643,8 +643,7 @@ def cmd_embed(args: argparse.Namespace) -> int:
         for c in chunks:
             f.write(dumps(c.to_dict()) + "\n")
         _, stats = embed_texts([c.text for c in chunks], embedder, cache, progress=_progress(args), ray=args.ray,
-                               prompt="document",
-                               out=vectors)
+                               out=vectors, prompt="document")
     print(f"{_corpus_line(chunks)}, model {embedder.model_id} ({embedder.dim} dims)")
     print(f"backend {embedder.backend} {embedder.precision} on {embedder.threads} threads ({embedder.choice.reason})")
     print(f"chunk {chunk_s:.2f} s | {_embed_line(stats.to_dict())}"

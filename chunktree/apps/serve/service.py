@@ -54,7 +54,7 @@ class Service:
         self.started = int(time.time())  # the models' "created" time
 
     async def start(self) -> None:
-        """Load (if needed) and warm up the model, then start the batcher."""
+        """Load (if needed) and warm up the default model and the others, each with a batcher of its own."""
         if self.embedder is None:
             from chunktree.engine.inputs import default_embedder
             from chunktree.models.embedder import Embedder
