@@ -514,9 +514,22 @@ def _load_chunks(args: argparse.Namespace) -> tuple[Any, list[Any], float]:
     t0 = time.perf_counter()
     docs = sample_documents() if args.sample else iter_documents(args.paths, args.include, args.exclude,
                                                                   max_bytes=args.max_input_mb << 20)
-    chunks = chunk_documents(docs, embedder.tokenizer, chunk_tokens=args.chunk_tokens, overlap_tokens=args.overlap,
-                             progress=_progress(args))
+    chunks = chunk_documents(docs, embedder.tokenizer, chunk_tokens=_chunk_tokens(args, embedder),
+                             overlap_tokens=args.overlap, progress=_progress(args))
     return embedder, chunks, time.perf_counter() - t0
+
+
+def _chunk_tokens(args: argparse.Namespace, embedder: Any) -> int:
+    """``--chunk-tokens``, less the model's document prompt where the prompt would push a chunk
+    that fits one window into two (said in a warning)."""
+    prompt = embedder.prompt("document")
+    extra = len(embedder.tokenizer.encode(prompt, add_special_tokens=False).ids) if prompt else 0
+    if extra and args.chunk_tokens <= embedder.window < args.chunk_tokens + extra:
+        logging.getLogger("chunktree").warning(
+            "--chunk-tokens %d plus the model's document prompt %r (%d tokens) passes its %d-token window: chunks "
+            "are cut to %d tokens", args.chunk_tokens, prompt, extra, embedder.window, embedder.window - extra)
+        return int(embedder.window - extra)
+    return int(args.chunk_tokens)
 
 
 def _open_cache(args: argparse.Namespace) -> Any:

@@ -143,3 +143,15 @@ def test_the_cli_orders_with_a_folder_model_and_lists_it(tmp_path, cli):
     assert "tiny-bge  [built] dim 32, window 64, cls pooling, prompts query: 'query: '; ready" in r.stdout
     r = cli("order", "examples/notes", "-q", "bread", "--no-cache", "--model", "nobody/nothing")
     assert r.returncode == 2 and "HF_HUB_OFFLINE is set" in r.stderr
+
+
+def test_a_document_prompt_that_would_overflow_the_window_shortens_the_chunks_aloud(tmp_path, cli, caplog):
+    folder = write_model_folder(tmp_path / "e5ish", prompts={"document": "passage: "}, max_seq_length=32)
+    r = cli("embed", "examples/notes", "-o", tmp_path / "x.npy", "--no-cache", "--model", folder, "--chunk-tokens", "32",
+            "--overlap", "4")
+    assert r.returncode == 0, r.stderr
+    assert "--chunk-tokens 32 plus the model's document prompt 'passage: ' (2 tokens) passes its 32-token window: " \
+           "chunks are cut to 30 tokens" in caplog.text
+    e = Embedder(folder)
+    rows = [json.loads(line) for line in (tmp_path / "x.jsonl").read_text(encoding="utf-8").splitlines()]
+    assert max(len(e.tokenizer.encode("passage: " + row["text"]).ids) for row in rows) <= 32
