@@ -56,14 +56,14 @@ def start_server(*extra):
     raise RuntimeError("server did not start")
 
 
-async def load(url, clients, total, rate=None, duration=None):
+async def load(url, clients, total, rate=None, duration=None, body=None, path="/v1/embeddings", ok_only=False):
     """`clients` keep-alive connections sending single-sentence requests; returns latencies (s),
     errors, wall time. A minimal HTTP/1.1 client on raw asyncio streams: with httpx as the load
     generator, the client's own CPU use on this 2-core machine capped every server at about the
     same rate, hiding the difference being measured."""
     host, port = url.removeprefix("http://").split(":")
-    body = json.dumps({"input": SENTENCE}).encode()
-    request = (f"POST /v1/embeddings HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
+    body = json.dumps({"input": SENTENCE}).encode() if body is None else body
+    request = (f"POST {path} HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/json\r\n"
                f"Content-Length: {len(body)}\r\n\r\n").encode() + body
     latencies, errors, sent = [], 0, 0
     t_start = time.perf_counter()
@@ -81,8 +81,10 @@ async def load(url, clients, total, rate=None, duration=None):
                 head = await reader.readuntil(b"\r\n\r\n")
                 length = int(re.search(rb"content-length: *(\d+)", head, re.I).group(1))
                 await reader.readexactly(length)
-                latencies.append(time.perf_counter() - t)
-                errors += not head.startswith(b"HTTP/1.1 200")
+                ok = head.startswith(b"HTTP/1.1 200")
+                if ok or not ok_only:  # ok_only: the latencies of answers, not of refusals
+                    latencies.append(time.perf_counter() - t)
+                errors += not ok
         finally:
             writer.close()
 
