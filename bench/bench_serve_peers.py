@@ -12,8 +12,10 @@ Opt-in, and the peers live in an environment of their own, kept out of chunktree
     CHUNKTREE_BENCH_PEERS_DIR=peers python -m pytest bench/bench_serve_peers.py
 
 The model is the bundled all-MiniLM-L6-v2, every server loading the same folder. chunktree runs
-its default (``--backend auto``); infinity runs its torch engine (see the results file for why
-not its optimum engine); the sentence-transformers service runs PyTorch fp32.
+its default (``--backend auto``); infinity runs its torch engine, because its optimum (ONNX)
+engine does not start here: infinity-emb 0.0.78 with optimum 2.x cannot find the ONNX file of a
+local model folder (it passes an absolute file name), and optimum 1.x does not import with torch
+2.13, the CPU build this machine installs. The sentence-transformers service runs PyTorch fp32.
 
 Goal: chunktree >= 2x infinity-emb's throughput with p99 no worse, at every client count and for
 both request shapes.
