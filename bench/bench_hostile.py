@@ -16,14 +16,12 @@ Goals (reported, not asserted): every reader's 1 MB / 100 KB time ratio <= 20; `
 """
 
 import asyncio
-import socket
-import subprocess
-import sys
 import time
 
 import httpx
 import numpy as np
 import pytest
+from bench_serve import start_server
 from conftest import summary
 
 from chunktree.engine.documents import DocumentError, read_file
@@ -61,23 +59,6 @@ def test_reader_time_by_line_length(results, tmp_path, shape):
             best = min(best, time.perf_counter() - t0)
         times[size] = best
     results["readers"][shape] = times
-
-
-def _start_server():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "chunktree", "serve", "--port", str(port), "--no-cache"],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health").status_code == 200:
-                return proc, port
-        except httpx.TransportError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("server did not start")
 
 
 async def _slow_client(port, body, stop, counts):
@@ -159,7 +140,8 @@ async def _probe(port, slow, big=False):
 
 
 def test_health_under_slow_clients(results):
-    proc, port = _start_server()
+    proc, url = start_server()
+    port = int(url.rsplit(":", 1)[1])
     try:
         for case, slow, big in (("idle", 0, False), ("slow", SLOW_CLIENTS, False), ("slow+big", SLOW_CLIENTS, True)):
             latencies, errors, counts = asyncio.run(_probe(port, slow, big))
