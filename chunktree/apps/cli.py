@@ -1058,7 +1058,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                     shutdown_timeout_s=args.shutdown_timeout)
     from chunktree.track.forest import load_decider
 
-    decider = load_decider(args.decider) or "thresholds"  # a bad file fails before the model loads
+    # A bad file fails before the model loads; None stays None: the shipped decider, if it fits the model.
+    decider = None if args.decider is None else load_decider(args.decider) or "thresholds"
     names = args.model or [DEFAULT_MODEL.name]
     if args.conversations is not None:  # a folder another server holds fails before the model loads, too
         _check_output_folder(args.conversations / "x", "--conversations")  # the folder made and writable

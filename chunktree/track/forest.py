@@ -14,6 +14,8 @@ from __future__ import annotations
 import base64
 import contextlib
 import dataclasses
+import functools
+import logging
 import os
 import re
 import sys
@@ -46,6 +48,8 @@ from chunktree.track.decide import (
 )
 from chunktree.track.learned import LearnedDecider, default_decider, tree_features
 from chunktree.track.lexical import LexicalIndex, lexical_tokens
+
+log = logging.getLogger(__name__)
 
 FORMAT, VERSION = "chunktree-forest", 1
 SUMMARY_TOKENS = 24
@@ -88,6 +92,27 @@ def load_decider(decider: Any) -> LearnedDecider | None:
         return LearnedDecider.load(decider)
     raise InvalidValueError(f"decider must be None (the shipped one), 'thresholds', a LearnedDecider or the path of a "
                             f"decider file; got {decider!r}")
+
+
+def decider_for(decider: Any, embedder: Any) -> LearnedDecider | None:
+    """``decider`` (as ``load_decider`` takes it) for ``embedder``'s vectors. The shipped decider
+    was fitted on the default model's vectors, so for another model (``decider=None``) the
+    threshold rule places turns, with a warning; a decider the user names must fit the vectors'
+    dimension."""
+    learned = load_decider(decider)
+    if learned is not None and decider is None and learned.info.get("model") != embedder.model_id:
+        _warn_thresholds(embedder.name)
+        return None
+    if learned is not None:
+        learned.check(embedder.dim)
+    return learned
+
+
+@functools.lru_cache(maxsize=None)
+def _warn_thresholds(model: str) -> None:
+    log.warning("the shipped topic decider was fitted on %s's vectors; with %s the threshold rule places turns "
+                "(fit one for this model with 'chunktree train-track' and its --model)",
+                default_decider().info.get("model", "the default model").split("@")[0], model)
 
 
 def read_dialogue(path: str | os.PathLike[str], *, topics: bool = False, file_ids: bool = False
@@ -371,9 +396,7 @@ class Forest:
         self.thresholds = thresholds or Thresholds()
         if not isinstance(self.thresholds, Thresholds):
             raise InvalidValueError(f"thresholds must be a Thresholds; got {type(self.thresholds).__name__}")
-        self.decider: LearnedDecider | None = load_decider(decider)
-        if self.decider is not None:
-            self.decider.check(self.embedder.dim)
+        self.decider: LearnedDecider | None = decider_for(decider, self.embedder)
         self.judge = LLMJudge(llm) if llm is not None else None
         self.summary_tokens = positive_int(summary_tokens, "summary_tokens")
         self.summariser = summariser

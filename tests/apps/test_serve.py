@@ -1207,3 +1207,23 @@ def test_dimensions_shorten_a_matryoshka_models_vectors_and_no_other(two_models)
         client.embeddings.create(model="all-MiniLM-L6-v2", input=["the whale"], dimensions=128)
     with pytest.raises(BadRequestError, match="must be from 1 to 32"):
         client.embeddings.create(model="tiny-matryoshka", input=["the whale"], dimensions=64)
+
+
+def test_a_server_of_another_model_places_turns_by_the_threshold_rule(two_models, caplog):
+    """The shipped decider was fitted on the default model's vectors: a server whose default model is
+    another starts, says so, and its conversations place turns by the threshold rule; a decider the
+    user names must fit the model's vectors."""
+    from chunktree.track.forest import Forest, _warn_thresholds
+    from chunktree.track.learned import default_decider
+
+    _, tiny = two_models
+    _warn_thresholds.cache_clear()  # said once a process
+    with caplog.at_level("WARNING"), Served(create_app(tiny)) as s:
+        assert HTTP.post(s.url + "/v1/conversations", json={"id": "c1"}).status_code == 200
+        replies = [HTTP.post(s.url + "/v1/conversations/c1/turns", json={"user": u}) for u, _ in DIALOGUE[:3]]
+        assert [r.status_code for r in replies] == [200] * 3
+        candidates = replies[-1].json()["decision"]["candidates"]
+        assert candidates and all(c["probability"] is None for c in candidates)
+    assert "with tiny-matryoshka the threshold rule places turns" in caplog.text
+    with pytest.raises(ValueError, match="the decider expects 384-dimensional vectors; the embedder makes 32"):
+        Forest(tiny, decider=default_decider())

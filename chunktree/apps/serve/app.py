@@ -74,7 +74,7 @@ def create_app(embedder: Any = None, *, model: str | None = None, api_key: str |
     from chunktree.engine.cache import EmbeddingCache
     from chunktree.track.forest import load_decider
 
-    service = Service(embedder, model, api_key, limits or Limits(), folder, load_decider(decider) or "thresholds",
+    service = Service(embedder, model, api_key, limits or Limits(), folder, None if decider is None else load_decider(decider) or "thresholds",
                       None if cache is None else EmbeddingCache(Path(cache)), others)
 
     class FastJSON(JSONResponse):

@@ -47,7 +47,7 @@ class Service:
         self.others: list[Any] = list(others)
         self.served: list[tuple[Any, MicroBatcher]] = []  # every model with its batcher, the default first
         self.cache = cache
-        self.decider = decider  # every conversation's Forest's: a LearnedDecider or "thresholds"
+        self.decider = decider  # every conversation's Forest's: None (the shipped one), a LearnedDecider or "thresholds"
         self.metrics = Metrics()
         self.conversations = Conversations(limits.max_conversations, conversations_dir, self.metrics)
         self.batcher: MicroBatcher | None = None
@@ -65,8 +65,10 @@ class Service:
                 self.embedder = await asyncio.to_thread(default_embedder)
         await asyncio.to_thread(self.embedder.warmup)
         embedder = self.embedder
-        if not isinstance(self.decider, str):
-            self.decider.check(embedder.dim)  # a decider for other vectors fails at startup, not at the first turn
+        from chunktree.track.forest import decider_for
+
+        # A decider for other vectors fails at startup, not at the first turn.
+        self.decider = decider_for(self.decider, embedder) or "thresholds"
 
         self.batcher = MicroBatcher(functools.partial(_embed_and_count, embedder), self.limits, self.metrics)
         self.batcher.start()
