@@ -108,7 +108,7 @@ def decider_for(decider: Any, embedder: Any) -> LearnedDecider | None:
     return learned
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _warn_thresholds(model: str) -> None:
     log.warning("the shipped topic decider was fitted on %s's vectors; with %s the threshold rule places turns "
                 "(fit one for this model with 'chunktree train-track' and its --model)",

@@ -74,7 +74,8 @@ def create_app(embedder: Any = None, *, model: str | None = None, api_key: str |
     from chunktree.engine.cache import EmbeddingCache
     from chunktree.track.forest import load_decider
 
-    service = Service(embedder, model, api_key, limits or Limits(), folder, None if decider is None else load_decider(decider) or "thresholds",
+    chosen = None if decider is None else load_decider(decider) or "thresholds"  # None: the shipped one, if it fits
+    service = Service(embedder, model, api_key, limits or Limits(), folder, chosen,
                       None if cache is None else EmbeddingCache(Path(cache)), others)
 
     class FastJSON(JSONResponse):
