@@ -16,8 +16,12 @@ folders (``.git``) left out, with ``include``/``exclude`` globs to choose. Each 
 and each file read once however often links reach it, and the walk keeps no call stack, so any
 depth is fine. Only regular files are read from a folder (a named pipe or device there is skipped
 with its reason); binary files are found from their first 8 KiB, before the rest is read.
-In a folder, a file that is not text (binary, not UTF-8, empty, a link loop) is skipped and named
-with the reason in one warning; named on its own, it is an error. Every other problem, such as a bad
+Text that is not UTF-8 is read with the charset ``charset_normalizer`` detects, named in a
+warning; a few bad bytes in UTF-8 text are replaced with U+FFFD and counted in one.
+In a folder, a file that is not text (binary, no charset fits, empty, a link loop) is skipped and
+named with the reason in one warning; named on its own, it is an error. So is a text file without
+prose (``_asset``: SVG and other XML-like images, minified, generated or data files, base64 blobs,
+lock files), unless an include glob chose it; named on its own, it is read. Every other problem, such as a bad
 JSONL line or an unreadable PDF, raises ``DocumentError`` naming the file.
 
 Memory is bounded: one file is read at a time (``iter_documents``), no file decompresses past
@@ -62,7 +66,7 @@ MAX_BYTES = 512 << 20  # bytes of text in all the inputs together, by default (`
 SNIFF_BYTES = 8192  # the prefix that decides whether a file is binary
 NAMED_SKIPS = 50  # files skipped in a folder that the warning names; the rest are logged at INFO
 SAMPLE_SOURCE = "sample:moby-dick"
-READS = ("UTF-8 text (any name: .txt, README, source code), .md, .rst, .html, .pdf, .jsonl, man pages; "
+READS = ("text (any name: .txt, README, source code), .md, .rst, .html, .pdf, .jsonl, man pages; "
          "each also .gz/.bz2/.xz")
 
 
@@ -71,7 +75,11 @@ class DocumentError(InvalidValueError):
 
 
 class NotText(DocumentError):
-    """The file is not a document chunktree reads (binary, not UTF-8, empty): a folder skips it."""
+    """The file is not a document chunktree reads (binary, no charset fits, empty): a folder skips it."""
+
+
+class NotProse(NotText):
+    """A text file found in a folder that holds no prose (``_asset``): skipped unless chosen."""
 
 
 @dataclass(frozen=True)
@@ -131,16 +139,19 @@ def iter_documents(paths: Iterable[str | Path], include: Iterable[str] = (), exc
     include, exclude = list(include), list(exclude)
     integer(max_bytes, "max_bytes", 1)
     skipped: list[str] = []
+    no_prose = 0  # of them, files that are text but not prose
     left = max_bytes
     found = False
     left_out: list[Path] = []
     for path, in_folder in _expand(paths, include, exclude, left_out):
         try:
-            docs, size = _read(path, left, max_bytes, in_folder)
+            # Assets found in a folder are skipped, unless the user's include globs chose the file.
+            docs, size = _read(path, left, max_bytes, in_folder, assets=in_folder and not include)
         except NotText as exc:
             if not in_folder:
                 raise
             skipped.append(str(exc))
+            no_prose += isinstance(exc, NotProse)
             continue
         left -= size
         found = True
@@ -148,7 +159,8 @@ def iter_documents(paths: Iterable[str | Path], include: Iterable[str] = (), exc
     if skipped:
         named = "; ".join(skipped[:NAMED_SKIPS])
         more = f"; and {len(skipped) - NAMED_SKIPS} more (-v names them)" if len(skipped) > NAMED_SKIPS else ""
-        log.warning("skipped %d file(s) that are not text documents: %s%s", len(skipped), named, more)
+        log.warning("skipped %d file(s) that are not text documents or hold no prose: %s%s%s", len(skipped), named,
+                    more, " (a file without prose is read when named, or chosen by an include glob)" if no_prose else "")
         for reason in skipped[NAMED_SKIPS:]:
             log.info("skipped %s", reason)
     if not found:
@@ -267,9 +279,10 @@ def read_file(path: str | Path, *, max_bytes: int = MAX_BYTES) -> list[Document]
     return _read(Path(path), max_bytes, max_bytes, False)[0]
 
 
-def _read(path: Path, left: int, budget: int, in_folder: bool) -> tuple[list[Document], int]:
+def _read(path: Path, left: int, budget: int, in_folder: bool, assets: bool = False) -> tuple[list[Document], int]:
     """The file's documents and the bytes of text they hold; at most ``left`` bytes are read
-    (``budget``: the total that ``left`` remains of, for the message)."""
+    (``budget``: the total that ``left`` remains of, for the message). With ``assets``, a file
+    that is text but not prose (``_asset``) is ``NotText``."""
     name = path.name.lower()
     sniff = not any(name.endswith(s) for s in COMPRESSIONS) and not name.endswith(".pdf")
     data = _read_bytes(path, left, budget, in_folder, sniff)
@@ -296,9 +309,60 @@ def _read(path: Path, left: int, budget: int, in_folder: bool) -> tuple[list[Doc
         if not visible(page):
             raise NotText(f"{path}: man page without text (only requests, such as a .so link to another page)")
         return [_text_document(source, page, "text", headings=headings)], len(data)
+    if assets and (reason := _asset(name, text)):
+        raise NotProse(f"{path}: {reason}")
     if kind == "rst":
         return [_text_document(source, text, "text", headings=_rst_headings(text))], len(data)
     return [_text_document(source, text, kind)], len(data)
+
+
+# Files that lock a project's dependencies: generated, and no prose.
+LOCK_FILES = frozenset({"package-lock.json", "npm-shrinkwrap.json", "yarn.lock", "pnpm-lock.yaml", "poetry.lock",
+                        "pipfile.lock", "uv.lock", "pdm.lock", "cargo.lock", "composer.lock", "gemfile.lock",
+                        "go.sum", "flake.lock", "podfile.lock", "mix.lock", "pubspec.lock"})
+# A word of prose: letters, inner apostrophes or hyphens, punctuation around it.
+_WORD = re.compile(r"[(\"'\[“‘]*[^\W\d_]+(?:['’-][^\W\d_]+)*[.,;:!?)\"'\]”’]*")
+_TAG = re.compile(r"<(?!!--)[^<>]{0,4096}>")  # a tag; a comment's text counts as text
+_ENCODED = re.compile(r"[A-Za-z0-9+/]{40,}={0,2}")
+SAMPLE_CHARS = 1 << 16  # the prefix of a file that ``_asset`` judges
+
+
+def _prose(text: str) -> float:
+    """The share of ``text``'s non-space characters that are in words of prose (``_WORD``)."""
+    tokens = text.split()
+    return sum(len(t) for t in tokens if _WORD.fullmatch(t)) / max(1, sum(map(len, tokens)))
+
+
+def _asset(name: str, text: str) -> str | None:
+    """Why a text file is an asset rather than prose, or None: a lock file (by its name); markup
+    with almost no words outside its tags (SVG and other XML-like images); encoded data (base64);
+    minified, generated or data text (lines of hundreds of characters, under half of them words). Judged
+    on the first ``SAMPLE_CHARS`` characters."""
+    if name in LOCK_FILES:
+        return "a lock file (generated, no prose)"
+    head = text[:SAMPLE_CHARS]
+    solid = max(1, len(head) - head.count(" ") - head.count("\n") - head.count("\t"))
+    if head.lstrip().startswith("<"):
+        outside = _TAG.sub(" ", head)
+        words = sum(len(t) for t in outside.split() if _WORD.fullmatch(t))
+        if words < 0.1 * solid:
+            return f"markup without prose (an SVG or XML image or data: {words / solid:.0%} of it is words outside tags)"
+    encoded = sum(len(m) for m in _ENCODED.findall(head) if _base64(m))
+    if encoded > 0.5 * solid:
+        return f"encoded data ({encoded / solid:.0%} of it is base64-like runs)"
+    lines = [line for line in head.splitlines() if line.strip()]
+    mean = sum(map(len, lines)) / max(1, len(lines))
+    if mean >= 250 and (share := _prose(head)) < 0.5:
+        return (f"long lines with little prose, as minified, generated or data files have ({mean:.0f} characters "
+                f"a line on average, {share:.0%} of it words)")
+    return None
+
+
+def _base64(run: str) -> bool:
+    """Whether a run of base64's characters reads as encoded data rather than a path or a rule:
+    upper and lower case letters and digits mixed, few slashes."""
+    return (run.count("/") < 0.1 * len(run) and any(c.isdigit() for c in run) and any(c.isupper() for c in run)
+            and any(c.islower() for c in run))
 
 
 def _too_much(path: Path, budget: int) -> DocumentError:
@@ -357,11 +421,21 @@ _BOMS = ((codecs.BOM_UTF32_LE, "utf-32"), (codecs.BOM_UTF32_BE, "utf-32"),
 _CONTROL = bytes(set(range(32)) - {9, 10, 12, 13, 27}) + b"\x7f"
 
 
+# The first bytes of common binary files, named in the message when a file starts with them.
+_MAGIC = ((b"\x89PNG", "a PNG image"), (b"\xff\xd8\xff", "a JPEG image"), (b"GIF8", "a GIF image"),
+          (b"PK\x03\x04", "a ZIP archive"), (b"\x7fELF", "an executable"), (b"RIFF", "a RIFF file (WebP, WAV, AVI)"),
+          (b"\x00\x00\x01\x00", "an icon"), (b"wOF", "a web font"), (b"OggS", "an Ogg file"), (b"ID3", "an MP3 file"),
+          (b"SQLite format 3\x00", "an SQLite database"), (b"\xd0\xcf\x11\xe0", "an Office document"))
+
+
 def _check_text(path: Path, data: bytes) -> None:
     """``NotText`` for data that is binary: NUL bytes (without a UTF-16/32 mark), or over 10%
     control characters in its first ``SNIFF_BYTES``."""
     if any(data.startswith(bom) for bom, _ in _BOMS):
         return
+    for magic, kind in _MAGIC:
+        if data.startswith(magic):
+            raise NotText(f"{path}: binary ({kind})")
     if b"\x00" in data:
         raise NotText(f"{path}: binary (contains NUL bytes)")
     head = data[:SNIFF_BYTES]
@@ -380,6 +454,9 @@ def _shown(path: Path) -> str:
 
 
 def _decode(path: Path, data: bytes) -> str:
+    """The text of ``data``: UTF-8 (or UTF-16/32 with a byte-order mark); UTF-8 with a few bytes
+    that are not, those replaced with U+FFFD and counted in a warning; otherwise the charset that
+    ``charset_normalizer`` detects, named in a warning."""
     for bom, encoding in _BOMS:
         if data.startswith(bom):
             try:
@@ -391,10 +468,49 @@ def _decode(path: Path, data: bytes) -> str:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        raise NotText(
-            f"{path}: not valid UTF-8 (byte 0x{data[exc.start]:02x} at offset {exc.start}); "
-            "convert it to UTF-8 first"
-        ) from None
+        first = exc.start
+    text = data.decode("utf-8-sig", "replace")
+    bad = text.count("\ufffd") - data.count("\ufffd".encode())
+    wide = len(text) - text.count("\ufffd") - len(data.translate(None, bytes(range(128, 256))))
+    if wide >= bad:  # UTF-8 that holds more good non-ASCII characters than bad bytes: damaged, not another charset
+        log.warning("%s: %d byte sequence(s) that are not UTF-8 (the first at offset %d) replaced with U+FFFD",
+                    _shown(path), bad, first)
+        return text
+    charset = _charset(data)
+    if charset is None:
+        raise NotText(f"{path}: not valid UTF-8 (byte 0x{data[first]:02x} at offset {first}) and no other charset "
+                      "fits it; convert it to UTF-8 first")
+    log.warning("%s: not UTF-8; read as %s, the charset detected", _shown(path), charset)
+    return data.decode(charset, "replace")
+
+
+def _charset(data: bytes) -> str | None:
+    """The charset of text that is not UTF-8: ``charset_normalizer``'s best guess, except that
+    Windows-1252 (the Western one, a superset of Latin-1) wins when it reads the bytes as cleanly;
+    on short Western text the detector's first guess is often a neighbour (cp1250, UTF-16)."""
+    import charset_normalizer
+    from charset_normalizer.md import mess_ratio
+
+    guesses = [m for m in charset_normalizer.from_bytes(data) if not m.encoding.startswith(("utf_16", "utf_32"))]
+    if not guesses or guesses[0].encoding == "utf_8":
+        return None
+    best = guesses[0].encoding
+    sample = data[:1 << 16]
+    try:
+        western = sample.decode("cp1252")
+    except UnicodeDecodeError:
+        return best
+    if not set(western) - _WESTERN and mess_ratio(western, 1.0) <= mess_ratio(sample.decode(best, "replace"), 1.0) + 0.1:
+        return "cp1252"
+    return best
+
+
+# What Windows-1252 text of a Western European language holds: ASCII, and the letters and
+# punctuation of French, German, Spanish, Portuguese, Italian, Dutch, the Nordic languages
+# (Icelandic's eth, thorn and y-acute aside: in a Turkish text they are misread letters).
+_WESTERN = frozenset(map(chr, range(128))) | frozenset(
+    "àáâãäåæçèéêëìíîïñòóôõöøùúûüÿÀÁÂÃÄÅÆÇÈÉÊËÌÍÎÏÑÒÓÔÕÖØÙÚÛÜßœŒšŠžŽŸ€£¥©®°±·«»¿¡§¶ªº¹²³¼½¾µ×÷"
+    "\u00a0‘’“”„–—…•‹›†‡‰™¢¤¦¨¯´¸")
 
 
 def _text_document(source: str, text: str, kind: str, meta: dict[str, Any] | None = None,

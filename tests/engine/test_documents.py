@@ -95,7 +95,6 @@ def test_pdf_pages(tmp_path):
     ("README.xz", b"plain text, not xz", "not a readable .xz file"),
     ("empty.bz2", __import__("bz2").compress(b" \n"), "file is empty"),
     ("only-a-link.1", b'.TH FOO 1\n.so man1/bar.1\n', "man page without text"),
-    ("latin1.txt", "caf\u00e9".encode("latin-1"), r"not valid UTF-8 \(byte 0xe9 at offset 3\)"),
     ("bad.jsonl", b'{"text": "ok"}\n{oops\n', r"bad.jsonl:2: invalid JSON"),
     ("list.jsonl", b'["text"]\n', "must be a JSON object; got list"),
     ("notext.jsonl", b'{"body": "x"}\n', "field 'text' must be a string; got NoneType"),

@@ -289,7 +289,7 @@ def test_oh8_10_paths_that_lead_nowhere_are_named(tmp_path):
 
 
 @pytest.mark.parametrize("name, data, reason", [
-    ("z.txt", b"PK\x03\x04" + bytes(range(256)) * 8, "binary (contains NUL bytes)"),                 # OH-11
+    ("z.txt", b"PK\x03\x04" + bytes(range(256)) * 8, "binary (a ZIP archive)"),                      # OH-11
     ("u16.txt", "hello bread".encode("utf-16-le"), "binary (contains NUL bytes)"),                   # OH-12
     ("gz2.txt.gz", gzip.compress(gzip.compress(b"hello bread", mtime=0), mtime=0), "binary"),       # OH-14
     ("bom.txt", b"\xef\xbb\xbf", "holds no visible text"),                                           # OH-17

@@ -1,0 +1,88 @@
+"""Prose, not assets, and text in any charset: what a folder of real documentation holds besides
+its prose (SVG images, minified scripts, lock files, encoded blobs) is skipped and named; text that
+is not UTF-8 is read in the charset it is in."""
+
+import base64
+import json
+import logging
+import random
+
+import pytest
+
+from chunktree.engine.documents import read_file, read_paths
+
+PROSE = ("The captain kept the log himself, and every evening he wrote down the wind, the sea and what the "
+         "lookout had seen. ") * 8
+SVG = ('<?xml version="1.0" encoding="UTF-8"?>\n<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 256 256">\n'
+       + "".join(f'  <path d="M{i}.196,156.382l-54.842,-50.417c-3.849,-3.848 -9.045,-5.965 -14.24,-5.965c-5.196,0 '
+                 f'-10.392,2.117 -14.24,5.965l-54.842,50.417Z" style="fill:#493e5e;"/>\n' for i in range(60))
+       + "</svg>\n")
+MINIFIED = "".join(f"function a{i}(b,c){{return b?c[{i}]:void 0}}var x{i}=a{i}(1,[2,3]);" for i in range(400))
+LOCK = json.dumps({"name": "docs", "lockfileVersion": 3, "packages": {
+    f"node_modules/pkg{i}": {"version": "1.0.0", "resolved": f"https://registry.npmjs.org/pkg{i}/-/pkg{i}-1.0.0.tgz",
+                             "integrity": "sha512-abc"} for i in range(50)}}, indent=2)
+DOCBOOK = ("<?xml version='1.0'?>\n<chapter><title>Logs</title>\n<para>" + PROSE + "</para>\n<para>" + PROSE
+           + "</para></chapter>\n")
+COMMENTED_MD = "<!--\n  Licensed to you under the Apache License, Version 2.0.\n-->\n# Logs\n\n" + PROSE
+
+
+@pytest.fixture
+def folder(tmp_path):
+    docs = tmp_path / "docs"
+    (docs / "_static").mkdir(parents=True)
+    (docs / "guide.md").write_text(COMMENTED_MD, encoding="utf-8")
+    (docs / "chapter.xml").write_text(DOCBOOK, encoding="utf-8")
+    (docs / "_static" / "logo.svg").write_text(SVG, encoding="utf-8")
+    (docs / "_static" / "app.js").write_text(MINIFIED, encoding="utf-8")
+    (docs / "_static" / "font.txt").write_text(base64.encodebytes(random.Random(0).randbytes(30000)).decode(),
+                                                encoding="utf-8")
+    (docs / "package-lock.json").write_text(LOCK, encoding="utf-8")
+    return docs
+
+
+def test_a_folder_reads_its_prose_and_names_each_asset_it_skips(folder, caplog):
+    with caplog.at_level(logging.WARNING):
+        docs = read_paths([folder])
+    assert sorted(d.source.rsplit("/", 1)[-1] for d in docs) == ["chapter.xml", "guide.md"]
+    warning = caplog.text
+    assert "skipped 4 file(s) that are not text documents or hold no prose" in warning
+    assert "logo.svg: markup without prose (an SVG or XML image or data: 0% of it is words outside tags)" in warning
+    assert "app.js: long lines with little prose, as minified, generated or data files have" in warning
+    assert "font.txt: encoded data" in warning and "package-lock.json: a lock file" in warning
+    assert "read when named, or chosen by an include glob" in warning
+
+
+def test_an_asset_is_read_when_named_or_chosen_by_a_glob(folder):
+    (svg,) = read_file(folder / "_static" / "logo.svg")
+    assert "54.842" in svg.text
+    chosen = read_paths([folder], include=["*.svg", "*.md"])
+    assert sorted(d.source.rsplit("/", 1)[-1] for d in chosen) == ["guide.md", "logo.svg"]
+
+
+@pytest.mark.parametrize("text, encoding, detected", [
+    ("Le café était déjà fermé ; la façade, naïve, donnait sur la rue où l'on vendait des crêpes. " * 20,
+     "latin-1", "cp1252"),
+    ("Grüße aus München: die schöne Straße führt über die Brücke. " * 20, "cp1252", "cp1252"),
+    ("Капитан сам вёл журнал и каждый вечер записывал ветер, море и то, что видел впередсмотрящий. " * 20,
+     "cp1251", "cp1251"),
+    ("Zażółć gęślą jaźń: kapitan sam prowadził dziennik i co wieczór zapisywał wiatr. " * 20, "cp1250", "cp1250"),
+])
+def test_text_in_another_charset_is_read_in_it_and_the_charset_named(tmp_path, caplog, text, encoding, detected):
+    path = tmp_path / "notes.txt"
+    path.write_bytes(text.encode(encoding))
+    with caplog.at_level(logging.WARNING):
+        (doc,) = read_paths([tmp_path])
+    assert doc.text == text
+    assert f"notes.txt: not UTF-8; read as {detected}, the charset detected" in caplog.text
+
+
+def test_a_few_bad_bytes_in_a_large_utf8_file_are_replaced_and_counted(tmp_path, caplog):
+    good = "Der Kapitän führte das Logbuch selbst — jeden Abend. ".encode()
+    data = good * 20000 + b"\xff\xfe broken" + good * 20000 + b"\xc3 cut" + good * 10
+    (tmp_path / "log.txt").write_bytes(data)
+    with caplog.at_level(logging.WARNING):
+        (doc,) = read_paths([tmp_path])
+    assert doc.text.count("\ufffd") == 3 and doc.text.count("Kapitän") == 40010
+    assert f"2 byte sequence(s) that are not UTF-8 (the first at offset {len(good) * 20000}) replaced" not in caplog.text
+    assert f"3 byte sequence(s) that are not UTF-8 (the first at offset {len(good) * 20000}) replaced with U+FFFD" \
+        in caplog.text
