@@ -140,13 +140,14 @@ def iter_documents(paths: Iterable[str | Path], include: Iterable[str] = (), exc
     integer(max_bytes, "max_bytes", 1)
     skipped: list[str] = []
     no_prose = 0  # of them, files that are text but not prose
+    decoded: list[str] = []  # files read in another charset or with bad bytes replaced, and how
     left = max_bytes
     found = False
     left_out: list[Path] = []
     for path, in_folder in _expand(paths, include, exclude, left_out):
         try:
             # Assets found in a folder are skipped, unless the user's include globs chose the file.
-            docs, size = _read(path, left, max_bytes, in_folder, assets=in_folder and not include)
+            docs, size = _read(path, left, max_bytes, in_folder, assets=in_folder and not include, notes=decoded)
         except NotText as exc:
             if not in_folder:
                 raise
@@ -157,17 +158,25 @@ def iter_documents(paths: Iterable[str | Path], include: Iterable[str] = (), exc
         found = True
         yield from docs
     if skipped:
-        named = "; ".join(skipped[:NAMED_SKIPS])
-        more = f"; and {len(skipped) - NAMED_SKIPS} more (-v names them)" if len(skipped) > NAMED_SKIPS else ""
-        log.warning("skipped %d file(s) that are not text documents or hold no prose: %s%s%s", len(skipped), named,
-                    more, " (a file without prose is read when named, or chosen by an include glob)" if no_prose else "")
-        for reason in skipped[NAMED_SKIPS:]:
-            log.info("skipped %s", reason)
+        _say("skipped %d file(s) that are not text documents or hold no prose: %s", skipped,
+             " (a file without prose is read when named, or chosen by an include glob)" if no_prose else "")
+    if decoded:
+        _say("read %d file(s) that are not all UTF-8: %s", decoded)
     if not found:
         what = f"{len(skipped)} file(s) skipped, named above" if skipped else "no files found"
         if left_out:
             what += f", and {len(left_out)} left out by the include/exclude globs"
         raise DocumentError(f"no documents in {', '.join(map(str, paths))}: {what}; chunktree reads {READS}")
+
+
+def _say(message: str, files: list[str], end: str = "") -> None:
+    """One warning: ``message`` with the number of ``files`` and the first ``NAMED_SKIPS`` of them
+    (the rest logged at INFO, which ``-v`` shows)."""
+    named = "; ".join(files[:NAMED_SKIPS])
+    more = f"; and {len(files) - NAMED_SKIPS} more (-v names them)" if len(files) > NAMED_SKIPS else ""
+    log.warning(message + "%s%s", len(files), named, more, end)
+    for line in files[NAMED_SKIPS:]:
+        log.info("%s", line)
 
 
 def _expand(paths: Iterable[str | Path], include: list[str], exclude: list[str],
@@ -279,10 +288,12 @@ def read_file(path: str | Path, *, max_bytes: int = MAX_BYTES) -> list[Document]
     return _read(Path(path), max_bytes, max_bytes, False)[0]
 
 
-def _read(path: Path, left: int, budget: int, in_folder: bool, assets: bool = False) -> tuple[list[Document], int]:
+def _read(path: Path, left: int, budget: int, in_folder: bool, assets: bool = False,
+          notes: list[str] | None = None) -> tuple[list[Document], int]:
     """The file's documents and the bytes of text they hold; at most ``left`` bytes are read
     (``budget``: the total that ``left`` remains of, for the message). With ``assets``, a file
-    that is text but not prose (``_asset``) is ``NotText``."""
+    that is text but not prose (``_asset``) is ``NotText``. How text that is not all UTF-8 was read
+    goes into ``notes`` (None: a warning now)."""
     name = path.name.lower()
     sniff = not any(name.endswith(s) for s in COMPRESSIONS) and not name.endswith(".pdf")
     data = _read_bytes(path, left, budget, in_folder, sniff)
@@ -296,7 +307,11 @@ def _read(path: Path, left: int, budget: int, in_folder: bool, assets: bool = Fa
     kind = "rst" if name.endswith(".rst.txt") else NAMED_TYPES.get(os.path.splitext(name)[1], "text")
     if kind == "pdf":
         return [_read_pdf(path, data)], len(data)
-    text = _decode(path, data)
+    text, note = _decode(path, data)
+    if note and notes is not None:
+        notes.append(f"{_shown(path)} ({note})")
+    elif note:
+        log.warning("%s: %s", _shown(path), note)
     source = _shown(path)
     if kind != "jsonl" and not visible(text):
         raise NotText(f"{path}: holds no visible text (only spaces, zero-width or control characters)")
@@ -453,35 +468,32 @@ def _shown(path: Path) -> str:
     return "".join(ch if ch.isprintable() else ch.encode("unicode_escape").decode("ascii") for ch in raw)
 
 
-def _decode(path: Path, data: bytes) -> str:
-    """The text of ``data``: UTF-8 (or UTF-16/32 with a byte-order mark); UTF-8 with a few bytes
-    that are not, those replaced with U+FFFD and counted in a warning; otherwise the charset that
-    ``charset_normalizer`` detects, named in a warning."""
+def _decode(path: Path, data: bytes) -> tuple[str, str | None]:
+    """The text of ``data``, and how it was read when it is not all UTF-8: UTF-8 (or UTF-16/32 with
+    a byte-order mark); UTF-8 with a few bytes that are not, those replaced with U+FFFD and
+    counted; otherwise the charset that ``charset_normalizer`` detects, named."""
     for bom, encoding in _BOMS:
         if data.startswith(bom):
             try:
-                return data.decode(encoding)  # the codec reads and drops the mark
+                return data.decode(encoding), None  # the codec reads and drops the mark
             except UnicodeDecodeError as exc:
                 raise NotText(f"{path}: starts with a {encoding.upper()} byte-order mark but is not valid "
                               f"{encoding.upper()} (offset {exc.start}); convert it to UTF-8 first") from None
     _check_text(path, data)
     try:
-        return data.decode("utf-8-sig")
+        return data.decode("utf-8-sig"), None
     except UnicodeDecodeError as exc:
         first = exc.start
     text = data.decode("utf-8-sig", "replace")
     bad = text.count("\ufffd") - data.count("\ufffd".encode())
     wide = len(text) - text.count("\ufffd") - len(data.translate(None, bytes(range(128, 256))))
     if wide >= bad:  # UTF-8 that holds more good non-ASCII characters than bad bytes: damaged, not another charset
-        log.warning("%s: %d byte sequence(s) that are not UTF-8 (the first at offset %d) replaced with U+FFFD",
-                    _shown(path), bad, first)
-        return text
+        return text, f"{bad} byte sequence(s) that are not UTF-8, the first at offset {first}, replaced with U+FFFD"
     charset = _charset(data)
     if charset is None:
         raise NotText(f"{path}: not valid UTF-8 (byte 0x{data[first]:02x} at offset {first}) and no other charset "
                       "fits it; convert it to UTF-8 first")
-    log.warning("%s: not UTF-8; read as %s, the charset detected", _shown(path), charset)
-    return data.decode(charset, "replace")
+    return data.decode(charset, "replace"), f"not UTF-8; read as {charset}, the charset detected"
 
 
 def _charset(data: bytes) -> str | None:
