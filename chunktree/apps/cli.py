@@ -487,7 +487,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"chunktree {args.command}: error: {_name_the_option(args.command, str(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
-        print(f"chunktree {args.command}: interrupted; no output was left half-written", file=sys.stderr)
+        print(_interrupted(args), file=sys.stderr)
         return 130
     except BrokenPipeError:  # the reader closed the pipe (`| head`): stop quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
@@ -533,9 +533,30 @@ def _chunk_tokens(args: argparse.Namespace, embedder: Any) -> int:
 
 
 def _open_cache(args: argparse.Namespace) -> Any:
+    """The run's embedding cache (None with --no-cache), remembered with its size for the line an
+    interrupt prints (``_interrupted``)."""
     from chunktree.engine.cache import EmbeddingCache
 
-    return None if args.no_cache else EmbeddingCache(args.cache)
+    cache = None if args.no_cache else EmbeddingCache(args.cache)
+    args.opened_cache = cache, len(cache) if cache is not None else 0
+    return cache
+
+
+def _interrupted(args: argparse.Namespace) -> str:
+    """The one line a Ctrl-C ends a command with: what was kept, and how to go on."""
+    line = f"chunktree {args.command}: interrupted; no output was written (a file being written is removed)"
+    if not hasattr(args, "opened_cache"):
+        return line
+    cache, before = args.opened_cache
+    if cache is None:
+        return line + "; nothing was kept (--no-cache): the same command starts over"
+    try:
+        kept = len(cache) - before
+    except Exception:  # the cache cannot answer now (a transaction cut by the interrupt): say what is sure
+        return line + f"; vectors embedded so far are kept in the cache {cache.path}: the same command resumes from them"
+    if kept <= 0:
+        return line + "; no new vectors were embedded: the same command starts over"
+    return line + f"; the {kept} vector(s) embedded are kept in the cache {cache.path}: the same command resumes from them"
 
 
 def _snippet(text: str, width: int = 100) -> str:

@@ -292,3 +292,34 @@ def test_oh26_a_sidecar_that_links_into_the_input_folder_is_refused(tmp_path, cl
     r = cli("embed", notes, "-o", tmp_path / "out.npy", "--no-cache")
     assert r.returncode == 2 and "is one of the inputs" in r.stderr
     assert (notes / "a.md").read_text(encoding="utf-8").startswith("# Bread")
+
+
+def test_an_interrupted_embed_says_what_it_kept_and_the_rerun_resumes(tmp_path, cli, embedder, monkeypatch):
+    """Ctrl-C in the middle of `embed`: one line and code 130, no output file or temporary file left,
+    the vectors committed so far (every 256 texts) kept in the cache, and the same command then
+    embeds only the rest."""
+    corpus = tmp_path / "notes"
+    corpus.mkdir()
+    for i in range(520):
+        (corpus / f"{i:03d}.txt").write_text(f"Note {i}: the boat number {i} sailed at dawn.", encoding="utf-8")
+    real, calls = embedder.embed, []
+
+    def stopped(texts):
+        calls.append(len(texts))
+        if len(calls) > 2:
+            raise KeyboardInterrupt
+        return real(texts)
+
+    out, cache = tmp_path / "out" / "v.npy", tmp_path / "cache.sqlite"
+    out.parent.mkdir()
+    args = ["--no-progress", "embed", str(corpus), "-o", str(out), "--cache", str(cache)]
+    with monkeypatch.context() as m:
+        m.setattr(embedder, "embed", stopped)
+        r = cli(*args)
+    assert r.returncode == 130 and r.stdout == "" and "Traceback" not in r.stderr
+    assert r.stderr.strip().splitlines()[-1] == (
+        f"chunktree embed: interrupted; no output was written (a file being written is removed); the 512 vector(s) "
+        f"embedded are kept in the cache {cache}: the same command resumes from them")
+    assert list(out.parent.iterdir()) == []
+    r = cli(*args)
+    assert r.returncode == 0 and "(8 embedded, 512 from cache" in r.stdout
