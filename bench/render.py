@@ -158,13 +158,19 @@ def _row(docs: dict[str, dict[str, Any]], suite: str, fn: Callable[[dict[str, An
     return None
 
 
+def cpu(doc: dict[str, Any]) -> str:
+    """The CPU a row was measured on, as its cell names it."""
+    m = doc["machine"]
+    return f"{m['cpu']}{' (AMX)' if 'amx_tile' in m['cpu_flags'] else ''}"
+
+
 def headline(docs: dict[str, dict[str, Any]]) -> str:
     rows = [row for suite, fn in HEADLINE for row in [_row(docs, suite, fn)] if row]
-    lines = [START, "", "| measured | chunktree | reference, same run | comparison |", "|---|---|---|---|"]
-    lines += [f"| {' | '.join(cells)} |" for _, cells in rows]
-    machines = sorted({machine_line(doc) for doc, _ in rows})
-    lines += ["", f"Measured on {'; '.join(machines) or 'no machine yet'}; each row's command, date and commit are on the "
-              "[benchmark page](docs/benchmarks.md).", "", END]
+    lines = [START, "", "| measured | chunktree | reference, same run | comparison | CPU |", "|---|---|---|---|---|"]
+    lines += [f"| {' | '.join(cells)} | {cpu(doc)} |" for doc, cells in rows]
+    machines = sorted({f"{cpu(doc)}: {machine_line(doc)}" for doc, _ in rows})
+    lines += ["", f"Each row was measured on the CPU its last column names ({'; '.join(machines) or 'no machine yet'}); "
+              "each row's command, date and commit are on the [benchmark page](docs/benchmarks.md).", "", END]
     return "\n".join(lines)
 
 

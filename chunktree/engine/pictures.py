@@ -296,7 +296,7 @@ def clusters_figure(result: Any, max_nodes: int = MAX_NODES, seed: int = 0) -> A
     sizes = np.array([c.size for c in result.clusters])
     colours = np.array(_palette(len(result.clusters)))
     reps = set(result.representatives)
-    hover = [f"<b>cluster {labels[i] + 1} ({sizes[labels[i]]} chunks)</b>"
+    hover = [f"<b>cluster #{labels[i]} ({sizes[labels[i]]} chunks)</b>"
              f"{' · representative' if int(v) in reps else ''}<br>"
              + _describe(None if result.items is None else result.items[v], int(v)) for i, v in enumerate(nodes)]
     is_rep = np.array([int(v) in reps for v in nodes])
@@ -313,12 +313,13 @@ def clusters_figure(result: Any, max_nodes: int = MAX_NODES, seed: int = 0) -> A
             here = labels == c
             if here.any():
                 fig.add_annotation(x=float(xy[here, 0].mean()), y=float(xy[here, 1].mean()), showarrow=False,
-                                   text=f"{c + 1}: {sizes[c]}", font={"size": 11, "color": colours[c]},
+                                   text=f"#{c}: {sizes[c]}", font={"size": 11, "color": colours[c]},
                                    bgcolor="rgba(255,255,255,0.7)")
     n = result.labels.size
     shown = f"{nodes.size:,} of {n:,} chunks" if nodes.size < n else f"{n:,} chunks"
     fig.update_layout(title=f"{len(result.clusters)} clusters of {shown} (first two principal components; "
-                            "label: cluster: size)", template="plotly_white", hovermode="closest",
+                            "label: #cluster: size, ids from 0 as in the text)", template="plotly_white",
+                      hovermode="closest",
                       xaxis={"title": "PC 1", "zeroline": False}, yaxis={"title": "PC 2", "zeroline": False})
     return fig
 
@@ -339,11 +340,12 @@ def clusters_png(result: Any, path: str | Path, max_nodes: int = MAX_NODES, seed
         for c, cluster in enumerate(result.clusters):
             here = labels == c
             if here.any():
-                ax.annotate(f"{c + 1}: {cluster.size}", (xy[here, 0].mean(), xy[here, 1].mean()), fontsize=8,
+                ax.annotate(f"#{c}: {cluster.size}", (xy[here, 0].mean(), xy[here, 1].mean()), fontsize=8,
                             color=colours[c], ha="center", bbox={"fc": "white", "alpha": 0.7, "lw": 0})
     ax.set_xlabel("PC 1")
     ax.set_ylabel("PC 2")
-    ax.set_title(f"{len(result.clusters)} clusters of {result.labels.size:,} chunks (label: cluster: size)")
+    ax.set_title(f"{len(result.clusters)} clusters of {result.labels.size:,} chunks (label: #cluster: size, ids from "
+                 "0 as in the text)")
     ax.legend(loc="best", fontsize=8)
     fig.tight_layout()
     return _save(fig, path)

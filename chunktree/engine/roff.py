@@ -148,10 +148,20 @@ def to_text(source: str) -> tuple[str, tuple[tuple[int, str], ...]]:
 
 
 def _man(source: str, page: _Page) -> None:
-    """A page written with the ``man`` macros (``.TH``, ``.SH``, ``.B``...)."""
+    """A page written with the ``man`` macros (``.TH``, ``.SH``, ``.B``...). A bulleted or numbered
+    ``.IP`` item starts its first line with the bullet or number, so that a sentence introducing a
+    list is followed by its items."""
+    prefix = ""
+
+    def text(line: str) -> None:
+        nonlocal prefix
+        if prefix and line.strip():
+            line, prefix = prefix + line.lstrip(), ""
+        page.emit(line)
+
     for name, rest in _requests(source):
         if name is None:
-            page.emit(_unescape(rest))
+            text(_unescape(rest))
             continue
         args = _arguments(_unescape(rest))
         if name == "TH":  # .TH LS 1 ...: the heading "LS(1)"
@@ -161,15 +171,19 @@ def _man(source: str, page: _Page) -> None:
             if args:
                 page.emit(" ".join(args), heading=True)
         elif name in _PARAGRAPHS:
-            if name == "IP" and args and args[0] not in ("", "\\(bu"):
-                page.paragraph()
-                page.emit(args[0])
-            else:
-                page.paragraph()
+            page.paragraph()
+            prefix = ""
+            if name == "IP" and args and args[0]:
+                if args[0] in ("•", "-", "*", "o", "·"):
+                    prefix = "• "
+                elif re.fullmatch(r"\(?\d{1,3}[.)]|[a-z][.)]", args[0]):
+                    prefix = args[0] + " "
+                else:  # a tag, such as an option: a line of its own
+                    page.emit(args[0])
         elif name in _FONT_MACROS:
             joiner = "" if name in _ALTERNATING else " "
             if args:
-                page.emit(joiner.join(args))
+                text(joiner.join(args))
         # anything else formats only (.ft .in .ll .ne .de .if .ie .el .ds .nr .so ...): dropped
 
 

@@ -12,8 +12,9 @@ runs: it is stopped when its resident memory passes the memory budget (read from
 or when it runs past twice the time budget and a minute (the data and the checks take time too). A
 child that fails sends its error back; ``Sweep.failed`` says so and the command exits non-zero.
 
-``write_report`` writes the folder: ``report.md`` (a table per size, the fitted growth exponents,
-the projected n at which the budgets run out), ``scale.json`` and, with matplotlib
+``write_report`` writes the folder: ``report.md`` (a table per size; from three sizes on, the
+growth exponents fitted to the largest three and the projected n at which the budgets run out,
+with its range and never past ten times the largest size), ``scale.json`` and, with matplotlib
 (``chunktree[plot]``), ``time.png`` and ``memory.png`` on log axes.
 """
 
@@ -47,7 +48,8 @@ RECALL_ROWS = 1000
 RECALL_REMADE_MAX_N = 2_000_000
 DTYPES = ("float32", "float16")
 EXACT_WEIGHT_MAX_N = 20_000  # the exact tree holds an n x n float32 matrix: 1.6 GB here
-PROJECTION_REACH = 1000  # the report quotes projected limits up to this multiple of the largest n measured
+FIT_SIZES = 3  # growth is fitted to the largest this many sizes, and never to fewer
+PROJECTION_REACH = 10  # projections go no further than this multiple of the largest n measured
 LOW_RECALL = 0.9  # below it the report says why, from the gap between the exact neighbours
 
 
@@ -234,16 +236,17 @@ def _power_fit(ns: Sequence[float], ys: Sequence[float]) -> tuple[float, float] 
 
 def fits(sizes: Sequence[SizeResult]) -> dict[str, float | None]:
     """Growth exponents of ordering time, of peak memory above the process's own and of each stage's
-    time (``kmeans_exponent``, ...), fitted to the largest three sizes (at small n fixed costs hide
-    the growth)."""
-    last = list(sizes)[-3:]
+    time (``kmeans_exponent``, ...), fitted to the largest ``FIT_SIZES`` sizes (at small n fixed
+    costs hide the growth); None below ``FIT_SIZES`` sizes, where two points fit any curve."""
+    last = list(sizes)[-FIT_SIZES:]
+    enough = len(last) == FIT_SIZES
     ns = [r.n for r in last]
     t, m = _power_fit(ns, [r.order_s for r in last]), _power_fit(ns, [_grown(r) for r in last])
-    out: dict[str, float | None] = {"time_exponent": None if t is None else t[0],
-                                    "memory_exponent": None if m is None else m[0]}
+    out: dict[str, float | None] = {"time_exponent": t[0] if t and enough else None,
+                                    "memory_exponent": m[0] if m and enough else None}
     for stage in STAGES:
         fit = _power_fit(ns, [max(r.stages[stage], 1e-3) for r in last]) if all(stage in r.stages for r in last) else None
-        out[f"{stage.removesuffix('_s')}_exponent"] = None if fit is None else fit[0]
+        out[f"{stage.removesuffix('_s')}_exponent"] = fit[0] if fit and enough else None
     return out
 
 
@@ -269,17 +272,35 @@ def _project_memory(sizes: Sequence[SizeResult], n: float) -> float | None:
 
 
 def projected_limits(sizes: Sequence[SizeResult], time_budget_s: float, memory_budget_mb: float
-                     ) -> dict[str, float | None]:
-    """The n at which one ordering run would take ``time_budget_s`` and peak at ``memory_budget_mb``,
-    by the power laws through the last three sizes (memory: its growth above the process's own)."""
-    out: dict[str, float | None] = {}
-    last = list(sizes)[-3:]
-    base = last[-1].base_rss_mb if last else 0.0
+                     ) -> dict[str, dict[str, Any] | None]:
+    """The n at which one ordering run would take ``time_budget_s`` and peak at ``memory_budget_mb``
+    (memory: its growth above the process's own), by the power law fitted to the largest
+    ``FIT_SIZES`` sizes: ``{"n", "low", "high", "beyond"}`` per budget, where low and high come
+    from the growth between each pair of consecutive sizes (the projection's uncertainty) and
+    ``beyond`` says that the projection passes ``PROJECTION_REACH`` times the largest n measured, as
+    far as a power law fitted to three sizes can be trusted; None below ``FIT_SIZES`` sizes or
+    where the cost does not grow."""
+    last = list(sizes)[-FIT_SIZES:]
+    if len(last) < FIT_SIZES:
+        return {"time": None, "memory": None}
+    reach = PROJECTION_REACH * last[-1].n
+    base = last[-1].base_rss_mb
+    out: dict[str, dict[str, Any] | None] = {}
     for name, budget, key in (("time", time_budget_s, lambda r: r.order_s),
                               ("memory", memory_budget_mb - base, _grown)):
-        fit = _power_fit([r.n for r in last], [key(r) for r in last])
-        ok = fit is not None and fit[0] > 0 and budget > 0
-        out[name] = float(np.exp((np.log(budget) - fit[1]) / fit[0])) if fit is not None and ok else None
+        ys = [key(r) for r in last]
+        fit = _power_fit([r.n for r in last], ys)
+        if fit is None or fit[0] <= 0 or budget <= 0:
+            out[name] = None
+            continue
+        central = float(np.exp((np.log(budget) - fit[1]) / fit[0]))
+        ends = []
+        for (n0, y0), (n1, y1) in zip(zip([r.n for r in last], ys), zip([r.n for r in last][1:], ys[1:])):
+            b = np.log(y1 / y0) / np.log(n1 / n0)
+            ends.append(float(n1 * (budget / y1) ** (1 / b)) if b > 0 else float("inf"))
+        low, high = min(ends + [central]), max(ends + [central])
+        out[name] = {"n": min(central, reach), "low": min(low, reach), "high": min(high, reach),
+                     "beyond": central > reach, "high_beyond": high > reach}
     return out
 
 
@@ -397,13 +418,32 @@ def write_report(s: Sweep, folder: str | os.PathLike[str], plots: bool = True) -
     f, limits = doc["fits"], doc["projected_n"]
 
     def exp(v: float | None) -> str:
-        return "n/a (one size)" if v is None else f"n^{v:.2f}"
+        return "n/a" if v is None else f"n^{v:.2f}"
 
-    def lim(v: float | None) -> str:
-        largest = max((r.n for r in s.sizes), default=0)
-        if v is not None and v > PROJECTION_REACH * largest:  # a power law this far out says nothing
-            return f"beyond {PROJECTION_REACH:,}x the largest size measured"
-        return "n/a" if v is None else f"{v:,.0f}"
+    def lim(v: dict[str, Any] | None) -> str:
+        if v is None:
+            return "n/a (the cost does not grow over the sizes measured)"
+        if v["beyond"]:  # a power law fitted to three sizes says nothing this far out
+            return f"beyond {PROJECTION_REACH}x the largest size measured (more than {v['n']:,.0f})"
+        high = f"more than {v['high']:,.0f}" if v["high_beyond"] else f"{v['high']:,.0f}"
+        return f"about {v['n']:,.0f} ({v['low']:,.0f} to {high} by the growth between each pair of sizes)"
+
+    ns = [r.n for r in s.sizes]
+    if len(ns) >= FIT_SIZES:
+        growth = [
+            f"- time grows as {exp(f['time_exponent'])}, peak memory above the process's own "
+            f"({s.sizes[-1].base_rss_mb:.0f} MB) as {exp(f['memory_exponent'])} (least squares on logs of the "
+            f"largest {FIT_SIZES} sizes, n = {ns[-FIT_SIZES]:,} to {ns[-1]:,})",
+            f"- projected n at the time budget ({s.time_budget_s:.0f} s): {lim(limits['time'])}; at the memory "
+            f"budget ({s.memory_budget_mb:.0f} MB): {lim(limits['memory'])} (the same power laws, projected no "
+            f"further than {PROJECTION_REACH}x the largest size)",
+            "- each stage's time grows as " + ", ".join(f"{st.removesuffix('_s')} "
+                                                         f"{exp(f[st.removesuffix('_s') + '_exponent'])}"
+                                                         for st in STAGES)]
+    else:
+        growth = [f"- measured n = {', '.join(f'{n:,}' for n in ns) or 'none'}: growth is fitted to at least "
+                  f"{FIT_SIZES} sizes (two points fit any curve), so no growth or projection is given; measure "
+                  f"more sizes (--sizes) for them"]
 
     lines = [f"# chunktree scale: {s.source}", "",
              f"Machine: {os.cpu_count()} CPUs, {os.sysconf('SC_PAGE_SIZE') * os.sysconf('SC_PHYS_PAGES') / 2**30:.0f}"
@@ -412,13 +452,7 @@ def write_report(s: Sweep, folder: str | os.PathLike[str], plots: bool = True) -
              *_md_table(s), "",
              *(["Peak resident memory during each stage (`embed`: reading and checking the vectors):", "",
                 *_memory_table(s), ""] if _memory_table(s) else []),
-             f"- time grows as {exp(f['time_exponent'])}, peak memory above the process's own "
-             f"({s.sizes[-1].base_rss_mb if s.sizes else 0:.0f} MB) as {exp(f['memory_exponent'])} "
-             "(least squares on logs of the largest three sizes)",
-             f"- projected n at the time budget ({s.time_budget_s:.0f} s): {lim(limits['time'])}; at the memory "
-             f"budget ({s.memory_budget_mb:.0f} MB): {lim(limits['memory'])} (the same power laws)",
-             "- each stage's time grows as " + ", ".join(f"{st.removesuffix('_s')} {exp(f[st.removesuffix('_s') + '_exponent'])}"
-                                                          for st in STAGES),
+             *growth,
              f"- recall@16: the share of each of {RECALL_ROWS} sampled rows' exact top-16 its list holds (above "
              f"n = {RECALL_REMADE_MAX_N:,}: the run's own estimate on 256 rows against their exact neighbours among "
              f"all n); weight / exact: the sparse tree's weight over the exact tree's, for n <= {EXACT_WEIGHT_MAX_N:,}"]

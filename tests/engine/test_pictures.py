@@ -113,6 +113,8 @@ def test_clusters_figure_marks_the_representatives_on_the_principal_components()
         assert len({colour[int(m)] for m in c.members}) == 1
     sizes = sorted(int(a.text.split(": ")[1]) for a in fig.layout.annotations)
     assert sizes == sorted(c.size for c in result.clusters)
+    # each label names the cluster by its id, from 0, as the text and JSON outputs do
+    assert sorted(a.text for a in fig.layout.annotations) == sorted(f"#{i}: {c.size}" for i, c in enumerate(result.clusters))
 
 
 def test_eval_figure_puts_the_gold_paragraphs_where_the_orders_did(embedder, tmp_path):

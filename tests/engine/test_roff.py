@@ -140,3 +140,12 @@ def test_a_gnu_man_page_reads_as_before():
     assert [h for _, h in headings] == ["GZIP(1)", "NAME", "OPTIONS"]
     assert "-k --keep\nKeep (don't delete) input files during compression." in text
     assert "-l --list\nFor each compressed file" in text and "gzip, gunzip - compress or expand files" in text
+
+
+def test_a_bulleted_man_list_keeps_its_bullets_on_the_items():
+    page = (".TH BASH 1\n.SH RESTRICTED SHELL\nthe following are disallowed or not performed:\n"
+            ".IP \\(bu\nchanging directories with\n.BR cd ,\n.IP \\(bu\nsetting the value of\n.SM\n.BR PATH .\n"
+            ".IP 1.\na numbered item\n.IP \\fB\\-k\\fP\nan option's tag\n")
+    text, _ = roff.to_text(page)
+    assert ("the following are disallowed or not performed:\n\n• changing directories with\ncd,\n\n"
+            "• setting the value of\nPATH.\n\n1. a numbered item\n\n-k\nan option's tag") in text

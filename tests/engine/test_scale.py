@@ -66,8 +66,16 @@ def test_the_report_says_why_recall_is_low(tmp_path):
     assert ("n=10,000: recall@16 is 0.580 because the 16 nearest are barely a set: a sampled chunk's exact 16th "
             "and 64th neighbours differ by 0.018") in report
     assert "99.217% of the exact tree's" in report and "n=100,000: recall@16" not in report
-    # peak memory barely grows between the two sizes: its projected limit is out of the power law's reach
-    assert "at the memory budget" in report and "beyond 1,000x the largest size measured" in report
+    # two sizes fit any curve: no growth, no projection
+    assert ("measured n = 10,000, 100,000: growth is fitted to at least 3 sizes (two points fit any curve), so no "
+            "growth or projection is given") in report and "projected" not in report
+    middle = SizeResult(n=30_000, stages=stages, order_s=3.0, peak_rss_mb=305.0, base_rss_mb=100.0, data_mb=45.0)
+    write_report(Sweep("synthetic", [low, middle, high], time_budget_s=600.0, memory_budget_mb=18_000.0), tmp_path,
+                 plots=False)
+    report = (tmp_path / "report.md").read_text()
+    # peak memory barely grows over the three sizes: its projected limit is out of the power law's reach
+    assert "least squares on logs of the largest 3 sizes, n = 10,000 to 100,000" in report
+    assert "at the memory budget (18000 MB): beyond 10x the largest size measured (more than 1,000,000)" in report
 
 
 def size(n, seconds, mb):
@@ -85,13 +93,29 @@ def test_each_stage_has_its_growth_exponent():
         assert f[st.removesuffix("_s") + "_exponent"] == pytest.approx(1.0 + 0.1 * i)
 
 
-def test_projections_invert_a_known_power_law():
+def test_projections_invert_a_known_power_law_within_ten_times_the_largest_size():
     sizes = [size(n, 2e-6 * n ** 1.25, 100.0 + 0.004 * n) for n in (10_000, 30_000, 100_000)]
     f = fits(sizes)
     assert f["time_exponent"] == pytest.approx(1.25) and f["memory_exponent"] == pytest.approx(1.0)
-    limits = projected_limits(sizes, 600.0, 4100.0)
-    assert 2e-6 * limits["time"] ** 1.25 == pytest.approx(600.0)
-    assert limits["memory"] == pytest.approx(1_000_000)
+    assert fits(sizes[:2])["time_exponent"] is None  # never from two sizes
+    limits = projected_limits(sizes, 30.0, 2100.0)
+    assert 2e-6 * limits["time"]["n"] ** 1.25 == pytest.approx(30.0) and not limits["time"]["beyond"]
+    assert limits["memory"]["n"] == pytest.approx(500_000)
+    # an exact power law: every pair of sizes grows alike, so the range is the point itself
+    assert limits["memory"]["low"] == pytest.approx(500_000) and limits["memory"]["high"] == pytest.approx(500_000)
+    far = projected_limits(sizes, 600.0, 100.0 + 0.004 * 5_000_000)
+    assert far["memory"] == {"n": 1_000_000, "low": 1_000_000, "high": 1_000_000, "beyond": True, "high_beyond": True}
+    assert projected_limits(sizes[:2], 600.0, 2100.0) == {"time": None, "memory": None}
+
+
+def test_a_projection_from_uneven_growth_comes_with_its_range():
+    # time grows as n^1 from 10k to 30k and as n^1.5 from 30k to 100k
+    times = {10_000: 1.0, 30_000: 3.0, 100_000: 3.0 * (100 / 30) ** 1.5}
+    sizes = [size(n, t, 200.0) for n, t in times.items()]
+    got = projected_limits(sizes, 2 * times[100_000] ** 1, 10_000.0)["time"]
+    by_pair = sorted([30_000 * (2 * times[100_000] / 3.0) ** 1.0, 100_000 * 2 ** (1 / 1.5)])
+    assert got["low"] == pytest.approx(min(by_pair[0], got["n"])) and got["high"] == pytest.approx(max(by_pair[1], got["n"]))
+    assert got["low"] < got["n"] < got["high"]
 
 
 def test_scale_command_writes_the_report_and_plots_and_stops_at_the_budget(tmp_path):

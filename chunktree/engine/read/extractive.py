@@ -80,13 +80,29 @@ _ENDS_SENTENCE = re.compile(r"""[.!?:;]["'’”)\]]*$""")
 _WORD = re.compile(r"[^\W\d_]{2,}")
 
 
-def quotable(sentence: str, last: bool) -> bool:
+# Licence and copyright lines: boilerplate, quoted only when the query asks about them.
+_BOILERPLATE = re.compile(r"all rights reserved|\bcopyright\b|\(c\)\s*(?:19|20)\d\d|©|\blicen[cs]ed under\b|"
+                          r"permission is (?:hereby )?granted|without (?:any )?warrant|general public licen[cs]e|"
+                          r"free software foundation|you (?:can|may) redistribute", re.IGNORECASE)
+ASKS_ABOUT_BOILERPLATE = re.compile(r"licen[cs]|copyright|warrant|redistribut|rights reserved", re.IGNORECASE)
+# Where a reader lost inline code or markup: a word that needs what follows it, then punctuation
+# ("gzip uses the .", "When configuring gzip, .").
+_GAP = re.compile(r"\b(?:the|a|an|with|of|to|uses?|in|as|by|and|or|from|is|are|named|called)\s+[.,;:]|,\s+[.,;:]",
+                  re.IGNORECASE)
+MAX_LIST_CHARS = 1500  # the most of a list that a sentence introducing it carries with it
+
+
+def quotable(sentence: str, last: bool, boilerplate: bool = False) -> bool:
     """Whether a sentence reads on its own: at least three words, no heading underline or rule, not a
     heading-like fragment (under eight words without an end mark), not the tail of a sentence (it
-    starts in lower case, as one cut by its chunk's start or split at an abbreviation does), and not
-    cut by its chunk's end (the chunk's ``last`` sentence without an end mark)."""
+    starts in lower case, as one cut by its chunk's start or split at an abbreviation does), not
+    cut by its chunk's end (the chunk's ``last`` sentence without an end mark), no hole where a
+    reader lost inline code (``_GAP``), and not licence or copyright boilerplate unless
+    ``boilerplate``."""
     body = _LIST_MARKER.sub("", sentence.strip())
     if len(_WORD.findall(body)) < 3 or _ADORNMENT.search(body) or body.startswith("#"):
+        return False
+    if _GAP.search(body) or (not boilerplate and _BOILERPLATE.search(body)):
         return False
     ended = bool(_ENDS_SENTENCE.search(body))
     if not ended and (last or len(body.split()) < 8):
@@ -94,9 +110,45 @@ def quotable(sentence: str, last: bool) -> bool:
     return not body[:1].islower()
 
 
+def list_after(text: str, end: int) -> int:
+    """Where the list that the sentence ending at ``end`` introduces ends: the items on the lines
+    after it (each starting with a list marker, with blank lines between and wrapped lines within
+    them), up to ``MAX_LIST_CHARS``; ``end`` when no list follows."""
+    first = text.find("\n", end)
+    if first < 0 or text[end:first].strip():  # the sentence goes on, or nothing follows
+        return end
+    pos, last, in_item, blank = first + 1, end, False, False
+    while pos < len(text) and pos - end <= MAX_LIST_CHARS:
+        stop = text.find("\n", pos)
+        stop = len(text) if stop < 0 else stop
+        line = text[pos:stop]
+        if not line.strip():
+            blank = True
+        elif _LIST_MARKER.match(line.lstrip()):
+            in_item, blank, last = True, False, pos + len(line.rstrip())
+        elif in_item and not blank:  # the item's next line
+            last = pos + len(line.rstrip())
+        else:
+            break
+        pos = stop + 1
+    return last
+
+
 def plain(sentence: str) -> str:
-    """The sentence as the answer shows it: on one line, without a list marker."""
-    return _LIST_MARKER.sub("", " ".join(sentence.split()))
+    """The sentence as the answer shows it: on one line, without a list marker; the items of a list
+    it carries each on a line of their own."""
+    lines: list[str] = []
+    for line in sentence.splitlines():
+        flat = " ".join(line.split())
+        if not flat:
+            continue
+        if lines and not _LIST_MARKER.match(flat):
+            lines[-1] += " " + flat
+        else:
+            lines.append(flat)
+    if not lines:
+        return ""
+    return "\n".join([_LIST_MARKER.sub("", lines[0])] + ["  " + line for line in lines[1:]])
 
 
 @dataclass(frozen=True)
@@ -129,12 +181,25 @@ class Sentences:
 
     @classmethod
     def of(cls, texts: Sequence[str], embedder: Any, cache: EmbeddingCache | None = None,
-           progress: bool = False) -> Sentences:
+           progress: bool = False, boilerplate: bool = False) -> Sentences:
+        """The quotable sentences of ``texts`` (``boilerplate``: licence and copyright lines too);
+        a sentence that introduces a list (it ends with a colon) carries the list's items."""
         spans = []
         for i, text in enumerate(texts):
             found = split_sentences(text)
-            spans += [(i, a, b) for k, (a, b) in enumerate(found)
-                      if quotable(text[a:b], last=k == len(found) - 1)]
+            k = 0
+            while k < len(found):
+                a, b = found[k]
+                if quotable(text[a:b], last=k == len(found) - 1, boilerplate=boilerplate):
+                    if text[a:b].endswith(":"):
+                        b = list_after(text, b)
+                        if b == found[k][1]:  # a colon with no list after it in this chunk: cut by its end
+                            k += 1
+                            continue
+                    spans.append((i, a, b))
+                while k + 1 < len(found) and found[k + 1][0] < b:  # the list's own sentences are in it
+                    k += 1
+                k += 1
         sentence_texts = [texts[i][a:b] for i, a, b in spans]
         vectors, _ = embed_texts(sentence_texts, embedder, cache, progress=progress, prompt="document")
         table = np.array(spans, dtype=np.int64).reshape(-1, 3)

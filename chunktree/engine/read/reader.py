@@ -29,7 +29,12 @@ from chunktree.engine.chunking import Chunk
 from chunktree.engine.embedding import embed_texts
 from chunktree.engine.inputs import default_embedder, texts_of
 from chunktree.engine.order import DEFAULT_STRATEGY, STRATEGIES, order
-from chunktree.engine.read.extractive import DEFAULT_MEMORY_WEIGHT, ExtractiveWorker, Sentences
+from chunktree.engine.read.extractive import (
+    ASKS_ABOUT_BOILERPLATE,
+    DEFAULT_MEMORY_WEIGHT,
+    ExtractiveWorker,
+    Sentences,
+)
 from chunktree.engine.read.llm_worker import (
     MANAGER_PROMPT,
     MANAGER_SUMMARY_PROMPT,
@@ -195,8 +200,10 @@ def _extractive_worker(texts: list[str], provenance: list[Chunk | None], query: 
                        cache: EmbeddingCache | None, memory_tokens: int, memory_weight: float,
                        progress: bool = False) -> ExtractiveWorker:
     """The extractive worker for these texts: sentences scored by similarity to the query, or
-    without a query to the centroid of all sentences."""
-    sentences = Sentences.of(texts, embedder, cache, progress=progress)
+    without a query to the centroid of all sentences; licence and copyright lines only for a query
+    that asks about them."""
+    boilerplate = query is not None and bool(ASKS_ABOUT_BOILERPLATE.search(query))
+    sentences = Sentences.of(texts, embedder, cache, progress=progress, boilerplate=boilerplate)
     if query is not None:
         target = embed_texts([query], embedder, cache, prompt="query")[0][0]
     else:  # summarising: closeness to the whole text's centroid

@@ -194,3 +194,27 @@ def test_a_read_stops_once_the_endpoint_fails_requests_in_a_row(server, embedder
              memory_tokens=200, window_tokens=900, trace=tmp_path / "trace.jsonl")
     assert len(server.requests) == 4 + 1 + 1
     assert not (tmp_path / "trace.jsonl").exists()  # a read that stopped leaves no half trace
+
+
+def test_a_quoted_sentence_keeps_the_list_it_introduces_and_boilerplate_and_holes_are_not_quoted(embedder):
+    """A man page's restricted-shell section as the man reader gives it (each item a bulleted
+    paragraph), a licence line, and a sentence with a hole where a reader lost inline code."""
+    page = ("RESTRICTED SHELL\nA restricted shell is used to set up an environment more controlled than the "
+            "standard shell.\nIt behaves identically to bash with the exception that the following are "
+            "disallowed or not performed:\n\n• changing directories with cd\n\n• setting or unsetting the values "
+            "of SHELL, PATH, HISTFILE, ENV, or BASH_ENV\n\n• specifying command names containing /\n\n"
+            "These restrictions are enforced after any startup files are read.\n\n"
+            "Copyright (C) 1989-2022 by the Free Software Foundation, Inc. All rights reserved.\n\n"
+            "When restricted, the shell uses the . for its prompt and the rest of the rules stay the same.\n")
+    chunks = [Chunk(id=0, text=page, source="bash.1", index=0, start=0, end=len(page))]
+    r = read(chunks, "What is not allowed in a restricted shell?", embedder=embedder, memory_tokens=400)
+    intro = ("It behaves identically to bash with the exception that the following are disallowed or not performed:\n"
+             "  • changing directories with cd\n"
+             "  • setting or unsetting the values of SHELL, PATH, HISTFILE, ENV, or BASH_ENV\n"
+             "  • specifying command names containing /")
+    assert intro in r.answer
+    assert "rights reserved" not in r.answer and "uses the ." not in r.answer
+    quote = next(e for e in r.memory["evidence"] if e["quote"].startswith("It behaves"))
+    assert page[quote["start"]:quote["end"]] == quote["quote"] and quote["quote"].endswith("containing /")
+    asked = read(chunks, "Who holds the copyright of bash?", embedder=embedder, memory_tokens=400)
+    assert "Copyright (C) 1989-2022 by the Free Software Foundation, Inc." in asked.answer

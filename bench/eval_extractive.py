@@ -1,0 +1,143 @@
+"""How often the extractive reader (``read`` without an LLM) quotes the sentence that answers a
+question, on real documents nobody here wrote:
+
+1. man pages as a system installs them (gzip, bash, ssh, tar, ssh-keygen, scp: GNU ``man`` and BSD
+   ``mdoc`` pages, read from ``/usr/share/man``), all of them as one corpus, with questions whose
+   answer is a phrase of one page (``MAN_QUESTIONS``: a question is answered when the reader's
+   answer holds the phrase);
+2. SQuAD-Shifts (new Wikipedia articles, ``../shared/data``): each article is a corpus, and a
+   question is answered when the reader's answer holds the sentence that holds the gold answer.
+
+    python bench/eval_extractive.py [--limit 200]
+
+The default reader: 512 memory tokens, query-only scores, order ``chunktree.order``'s default.
+Writes ``bench/results/eval_extractive.json``. Man pages not installed are left out, and said.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+import record
+
+from chunktree import EmbeddingCache
+from chunktree.engine.chunking import chunk_documents
+from chunktree.engine.documents import read_file
+from chunktree.engine.inputs import default_embedder
+from chunktree.engine.read import read
+
+SQUAD = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "squad_shifts_new_wiki_v1.0.json"
+MAN = Path("/usr/share/man/man1")
+PAGES = ("gzip.1.gz", "bash.1.gz", "ssh.1.gz", "tar.1.gz", "ssh-keygen.1.gz", "scp.1.gz")
+# (page, question, a phrase of the answer as the page words it)
+MAN_QUESTIONS = (
+    ("gzip.1.gz", "What happens to the original file when gzip compresses it, and how can I keep it?",
+     "each file is replaced by one with the extension"),
+    ("gzip.1.gz", "How do I keep the input files when compressing?", "Keep (don't delete) input files"),
+    ("gzip.1.gz", "How can gzip write to standard output and leave the files alone?",
+     "Write output on standard output; keep original files unchanged"),
+    ("gzip.1.gz", "How do I check that a compressed file is intact?", "Check the compressed file integrity"),
+    ("gzip.1.gz", "What does the compression level digit control?",
+     "Regulate the speed of compression using the specified digit"),
+    ("bash.1.gz", "What is not allowed in a restricted shell?", "changing directories with cd"),
+    ("bash.1.gz", "Which file does an interactive login shell read first?", "/etc/profile"),
+    ("bash.1.gz", "What does HISTSIZE set?", "The number of commands to remember in the command history"),
+    ("bash.1.gz", "What does the -e option of set do?", "Exit immediately if a pipeline"),
+    ("ssh.1.gz", "How do I forward a local port to a remote host?",
+     "Specifies that connections to the given TCP port or Unix socket on the local"),
+    ("ssh.1.gz", "How do I turn off pseudo-terminal allocation?", "Disable pseudo-terminal allocation"),
+    ("ssh.1.gz", "Where are the host keys of known hosts kept for a user?", "~/.ssh/known_hosts"),
+    ("ssh.1.gz", "How do I select the identity file for public key authentication?",
+     "Selects a file from which the identity (private key) for public key authentication is read"),
+    ("ssh-keygen.1.gz", "How do I choose the type of key to create?", "Specifies the type of key to create"),
+    ("ssh-keygen.1.gz", "How do I change the passphrase of a private key?",
+     "Requests changing the passphrase of a private key file instead of creating a new private key"),
+    ("scp.1.gz", "How do I copy directories recursively with scp?", "Recursively copy entire directories"),
+    ("tar.1.gz", "How do I list the contents of an archive?", "List the contents of an archive"),
+    ("tar.1.gz", "How do I extract files from an archive?", "Extract files from an archive"),
+)
+
+
+def _flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _sentence_at(context: str, start: int) -> str:
+    """The sentence of ``context`` that holds the character ``start``: from the last sentence end
+    before it to the next one."""
+    ends = [m.end() for m in re.finditer(r"[.!?](?=\s+[A-Z0-9\"'(])", context)]
+    begin = max([e for e in ends if e <= start], default=0)
+    end = min([e for e in ends if e > start], default=len(context))
+    return _flat(context[begin:end])
+
+
+def man_pages(embedder, cache) -> tuple[list[str], dict]:
+    docs, missing = [], []
+    for page in PAGES:
+        if (MAN / page).exists():
+            docs += read_file(MAN / page)
+        else:
+            missing.append(page)
+    chunks = chunk_documents(docs, embedder.tokenizer)
+    got, rows = 0, []
+    for page, question, phrase in MAN_QUESTIONS:
+        if page in missing:
+            continue
+        answer = _flat(read(chunks, question, embedder=embedder, cache=cache).answer)
+        hit = _flat(phrase) in answer
+        got += hit
+        rows.append({"page": page, "question": question, "quoted": hit, "lines": answer.count("\n") + 1})
+    asked = len(rows)
+    line = f"man pages ({len(docs)} pages, {len(chunks)} chunks): the answer phrase quoted for {got} of {asked} questions"
+    if missing:
+        line += f" (not installed here, left out: {', '.join(missing)})"
+    return [line], {"quoted": got, "questions": asked, "missing": missing, "rows": rows}
+
+
+def squad(embedder, cache, limit: int) -> tuple[list[str], dict]:
+    from chunktree.engine.documents import Document
+
+    data = json.loads(SQUAD.read_text(encoding="utf-8"))["data"]
+    got = asked = 0
+    for article in data:
+        contexts = [p["context"] for p in article["paragraphs"]]
+        chunks = chunk_documents([Document(article["title"], "\n\n".join(contexts), "text")], embedder.tokenizer)
+        for p in article["paragraphs"]:
+            for qa in p["qas"]:
+                if asked >= limit:
+                    break
+                gold = _sentence_at(p["context"], qa["answers"][0]["answer_start"])
+                answer = _flat(read(chunks, qa["question"], embedder=embedder, cache=cache).answer)
+                got += gold in answer
+                asked += 1
+        if asked >= limit:
+            break
+    return ([f"SQuAD-Shifts new-wiki: the gold answer's sentence quoted for {got} of {asked} questions "
+             f"({got / max(asked, 1):.3f})"], {"quoted": got, "questions": asked})
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--limit", type=int, default=200, help="SQuAD-Shifts questions (default %(default)s)")
+    args = parser.parse_args()
+    embedder, cache = default_embedder(), EmbeddingCache()
+    t0 = time.perf_counter()
+    lines, results = [], {}
+    for name, run in (("man pages", lambda: man_pages(embedder, cache)),
+                      ("squad-shifts", lambda: squad(embedder, cache, args.limit))):
+        said, results[name] = run()
+        lines += said
+        print("\n".join(said), flush=True)
+    results["seconds"] = round(time.perf_counter() - t0, 1)
+    path = record.write("eval_extractive", record.title(__doc__, "eval_extractive"),
+                        "python bench/eval_extractive.py " + " ".join(sys.argv[1:]), lines, results)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
