@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import sys
 import time
@@ -31,7 +32,8 @@ from chunktree.engine.documents import read_file
 from chunktree.engine.inputs import default_embedder
 from chunktree.engine.read import read
 
-SQUAD = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "squad_shifts_new_wiki_v1.0.json"
+SQUAD = (Path(os.environ.get("CHUNKTREE_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+         / "squad_shifts_new_wiki_v1.0.json")
 MAN = Path("/usr/share/man/man1")
 PAGES = ("gzip.1.gz", "bash.1.gz", "ssh.1.gz", "tar.1.gz", "ssh-keygen.1.gz", "scp.1.gz")
 # (page, question, a phrase of the answer as the page words it)

@@ -13,6 +13,7 @@ their bullet or number, and ``.Xo`` / ``.Sm off`` join their lines the way the p
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterator
 from typing import Any
@@ -46,11 +47,12 @@ _FONT_MACROS = {"B", "I", "BI", "IB", "BR", "RB", "IR", "RI", "SM", "SB", "UR", 
 
 
 def looks_like_roff(text: str) -> bool:
-    """Whether ``text`` starts like a man page: a ``.TH`` or ``.Dd`` request among its first lines."""
-    for line in text.lstrip("\ufeff").splitlines()[:40]:
-        if re.match(r"^\.\s*(TH|Dd)\b", line):
+    """Whether ``text`` starts like a man page: a ``.TH`` or ``.Dd`` request among its first 200
+    lines, with nothing but requests, comments and macro definitions before it."""
+    for name, _ in itertools.islice(_requests(text[:1 << 16]), 200):
+        if name in ("TH", "Dd"):
             return True
-        if line.strip() and not line.startswith((".", "'")):  # text before the title: not a man page
+        if name is None:  # text before the title: not a man page
             return False
     return False
 
@@ -122,16 +124,34 @@ def _joined(lines: list[str]) -> Iterator[str]:
         yield "".join(held)
 
 
+# Requests that open a block ending at a line ".." (or ".NAME" for ``.ig NAME``): a macro's
+# definition, or text to ignore; what the block holds is not text of the page.
+_BLOCKS = ("de", "de1", "dei", "am", "am1", "ami", "ig")
+
+
 def _requests(source: str) -> Iterator[tuple[str | None, str]]:
     """Each line that is not a comment: (request name, the rest of the line) for a request, (None,
-    the line) for text."""
-    for raw in _joined(source.lstrip("\ufeff").splitlines()):
+    the line) for text. A macro definition (``.de NAME`` ... ``..``) is one request, ``("de",
+    NAME)``, without its body; an ignored block (``.ig``) is left out."""
+    lines = _joined(source.lstrip("\ufeff").splitlines())
+    for raw in lines:
         if raw.startswith((".\\\"", "'\\\"", '.\\"', "\\\"")) or raw.strip() in (".", "'"):
             continue  # a comment or an empty request
         if raw.startswith((".", "'")):
             m = re.match(r"^[.']\s*(\S+)\s*(.*)$", raw)
-            if m:
-                yield m.group(1), m.group(2)
+            if not m:
+                continue
+            name, rest = m.group(1), m.group(2)
+            if name in _BLOCKS:
+                args = rest.split()
+                end = "." + (args[1] if len(args) > 1 else ".")
+                for body in lines:  # skip to the block's end
+                    if body.strip() == end or body.strip().startswith(end + " "):
+                        break
+                if name != "ig" and args:
+                    yield "de", args[0]
+                continue
+            yield name, rest
             continue
         yield None, raw
 
@@ -152,6 +172,7 @@ def _man(source: str, page: _Page) -> None:
     ``.IP`` item starts its first line with the bullet or number, so that a sentence introducing a
     list is followed by its items."""
     prefix = ""
+    defined: set[str] = set()  # the page's own macros: their arguments are read as text
 
     def text(line: str) -> None:
         nonlocal prefix
@@ -180,11 +201,13 @@ def _man(source: str, page: _Page) -> None:
                     prefix = args[0] + " "
                 else:  # a tag, such as an option: a line of its own
                     page.emit(args[0])
-        elif name in _FONT_MACROS:
+        elif name == "de":
+            defined.add(rest)
+        elif name in _FONT_MACROS or name in defined:
             joiner = "" if name in _ALTERNATING else " "
             if args:
                 text(joiner.join(args))
-        # anything else formats only (.ft .in .ll .ne .de .if .ie .el .ds .nr .so ...): dropped
+        # anything else formats only (.ft .in .ll .ne .if .ie .el .ds .nr .so ...): dropped
 
 
 def _is_mdoc(source: str) -> bool:

@@ -50,17 +50,21 @@ MEMORY_AWARE_WEIGHT = 0.25
 # A line break inside a paragraph (hard-wrapped text): not a sentence end. A break before a blank
 # line, a heading, a quote or a list item is left as it is.
 _WRAPPED = re.compile(r"(?<!\n)\n(?![\n#>*+\-]|\d+[.)]\s)")
+_LEADING_DOT = re.compile(r"(?<=[\s/~])\.(?=\w)|(?<=\s)\.(?=\s+[a-z])")
 
 
 def split_sentences(text: str) -> list[tuple[int, int]]:
     """(start, end) character spans of the sentences of ``text`` (pysbd), whitespace trimmed.
 
     pysbd ends a sentence at every line break, so hard-wrapped lines are joined first (each such
-    break read as a space: the offsets stay those of ``text``)."""
+    break read as a space: the offsets stay those of ``text``), and at a dot that starts a word
+    (a file's extension), which it is not shown."""
     import pysbd
 
     spans = []
-    joined = _WRAPPED.sub(" ", text)
+    # A dot that starts a word (".gz", ".bashrc", "the . builtin") is not a sentence's end; it is
+    # hidden from pysbd behind a one-character stand-in, so the offsets stay those of ``text``.
+    joined = _LEADING_DOT.sub("\u2024", _WRAPPED.sub(" ", text))
     for s in pysbd.Segmenter(language="en", clean=False, char_span=True).segment(joined):
         start, end = s.start, s.end
         while start < end and text[start].isspace():
@@ -87,8 +91,8 @@ _BOILERPLATE = re.compile(r"all rights reserved|\bcopyright\b|\(c\)\s*(?:19|20)\
 ASKS_ABOUT_BOILERPLATE = re.compile(r"licen[cs]|copyright|warrant|redistribut|rights reserved", re.IGNORECASE)
 # Where a reader lost inline code or markup: a word that needs what follows it, then punctuation
 # ("gzip uses the .", "When configuring gzip, .").
-_GAP = re.compile(r"\b(?:the|a|an|with|of|to|uses?|in|as|by|and|or|from|is|are|named|called)\s+[.,;:]|,\s+[.,;:]",
-                  re.IGNORECASE)
+_GAP = re.compile(r"\b(?:the|a|an|with|of|to|uses?|in|as|by|and|or|from|is|are|named|called)\s+"
+                  r"(?:[,;:]|\.(?!\w)(?!\s+[a-z]))|,\s+[.,;:]", re.IGNORECASE)
 MAX_LIST_CHARS = 1500  # the most of a list that a sentence introducing it carries with it
 
 
@@ -201,7 +205,9 @@ class Sentences:
                     k += 1
                 k += 1
         sentence_texts = [texts[i][a:b] for i, a, b in spans]
-        vectors, _ = embed_texts(sentence_texts, embedder, cache, progress=progress, prompt="document")
+        # A sentence that carries a list is scored by its own words: the items would blur them.
+        own = [t[:t.index(":\n") + 1] if ":\n" in t else t for t in sentence_texts]
+        vectors, _ = embed_texts(own, embedder, cache, progress=progress, prompt="document")
         table = np.array(spans, dtype=np.int64).reshape(-1, 3)
         indptr = np.searchsorted(table[:, 0], np.arange(len(texts) + 1)).astype(np.int64)
         keys: dict[str, int] = {}

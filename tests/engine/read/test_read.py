@@ -205,7 +205,7 @@ def test_a_quoted_sentence_keeps_the_list_it_introduces_and_boilerplate_and_hole
             "of SHELL, PATH, HISTFILE, ENV, or BASH_ENV\n\n• specifying command names containing /\n\n"
             "These restrictions are enforced after any startup files are read.\n\n"
             "Copyright (C) 1989-2022 by the Free Software Foundation, Inc. All rights reserved.\n\n"
-            "When restricted, the shell uses the . for its prompt and the rest of the rules stay the same.\n")
+            "When restricted, the shell keeps the rules and its prompt uses the .\n")
     chunks = [Chunk(id=0, text=page, source="bash.1", index=0, start=0, end=len(page))]
     r = read(chunks, "What is not allowed in a restricted shell?", embedder=embedder, memory_tokens=400)
     intro = ("It behaves identically to bash with the exception that the following are disallowed or not performed:\n"
