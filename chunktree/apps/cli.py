@@ -441,13 +441,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--format", choices=("text", "json"), default="text", help="output format (default %(default)s)")
     p.set_defaults(func=cmd_models)
 
-    p = sub.add_parser("export", help="convert a local BERT-family model to ONNX (needs chunktree[export])",
-                       description="Convert a sentence-transformers / Hugging Face BERT-family model folder to a "
-                                   "self-describing ONNX file usable as --model, checked against the original.")
+    p = sub.add_parser("export", help="write a model folder's ONNX graph to a file usable as --model",
+                       description="Write the ONNX graph of a sentence-transformers / Hugging Face model folder "
+                                   "(BERT, RoBERTa, XLM-RoBERTa, MPNet), built from its safetensors weights with "
+                                   "its pooling, prompts, window and tokenizer inside, to a file usable as --model.")
     p.add_argument("model_dir", type=Path, metavar="MODEL_DIR")
     p.add_argument("-o", "--output", type=Path, required=True, metavar="OUT.onnx")
     p.add_argument("--window", type=_int(8), default=None,
-                   help="tokens per window (default: the model's max_seq_length)")
+                   help="tokens per window, at most the model's own (default: its max_seq_length)")
     p.add_argument("--name", default=None, help="model name in the model id (default: the folder's name)")
     _add_force(p)
     p.set_defaults(func=cmd_export)
@@ -1123,6 +1124,6 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     _check_output(args, args.output, "-o")
     report = export_model(args.model_dir, args.output, window=args.window, name=args.name)
-    print(f"wrote {args.output}: model id {report.model_id}, window {report.window}, dim {report.dim}")
-    print(f"agreement with the original on {report.texts} texts: min cosine {report.min_cosine:.7f}")
+    print(f"wrote {args.output}: model id {report.model_id}, window {report.window}, dim {report.dim}, "
+          f"{report.pooling} pooling")
     return 0

@@ -1,6 +1,6 @@
 """Model folders of every family and pooling chunktree builds, against transformers / PyTorch.
 
-Opt-in: these tests need torch and transformers (``pip install -e ".[export]"``); without them they
+Opt-in: these tests need torch and transformers (``pip install -e ".[reference]"``); without them they
 are skipped, so the default suite stays torch-free. Each tiny random model is written by the test
 (``model_folders``), loaded by ``Embedder(folder)`` (graph built from the safetensors without torch)
 and by ``transformers.AutoModel``; the pooling and normalisation of sentence-transformers are
