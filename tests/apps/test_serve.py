@@ -1227,3 +1227,32 @@ def test_a_server_of_another_model_places_turns_by_the_threshold_rule(two_models
     assert "with tiny-matryoshka the threshold rule places turns" in caplog.text
     with pytest.raises(ValueError, match="the decider expects 384-dimensional vectors; the embedder makes 32"):
         Forest(tiny, decider=default_decider())
+
+
+def test_prompt_name_puts_the_models_prompt_before_each_text(embedder, tmp_path_factory):
+    from model_folders import write_model_folder
+    from openai import BadRequestError, OpenAI
+
+    from chunktree import Embedder
+
+    root = tmp_path_factory.mktemp("prompted")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("CHUNKTREE_CACHE_DIR", str(root / "cache"))
+        e5 = Embedder(write_model_folder(root / "tiny-e5", prompts={"query": "query: ", "passage": "passage: "}))
+    with Served(create_app(embedder, others=[e5])) as s:
+        client = OpenAI(base_url=s.url + "/v1", api_key="unused")
+
+        def vector(model, text, **extra):
+            return np.array(client.embeddings.create(model=model, input=[text], encoding_format="float",
+                                                     extra_body=extra).data[0].embedding)
+
+        np.testing.assert_allclose(vector("tiny-e5", "whales", prompt_name="query"),
+                                   e5.embed(["query: whales"])[0], atol=1e-5)
+        np.testing.assert_allclose(vector("tiny-e5", "whales", prompt_name="document"),
+                                   e5.embed(["passage: whales"])[0], atol=1e-5)
+        np.testing.assert_allclose(vector("tiny-e5", "whales"), e5.embed(["whales"])[0], atol=1e-5)
+        # a model without prompts: query and document are the text as it is
+        np.testing.assert_allclose(vector("all-MiniLM-L6-v2", "whales", prompt_name="query"),
+                                   embedder.embed(["whales"])[0], atol=1e-5)
+        with pytest.raises(BadRequestError, match=r"'prompt_name' must be one of \['document', 'passage', 'query'\]"):
+            vector("tiny-e5", "whales", prompt_name="title")

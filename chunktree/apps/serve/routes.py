@@ -105,7 +105,11 @@ async def embeddings(service: Service, body: dict[str, Any], params: dict[str, s
         allowed = f"from 1 to {e.dim} (it is trained for shorter vectors)" if e.matryoshka else (
             f"{e.dim}: its model card does not declare Matryoshka training, so its vectors cannot be shortened")
         raise HTTPError(400, f"'dimensions' must be {allowed} for {e.name!r}; got {dims}", "dimensions")
+    prefix = _prompt(e, optional_field(body, "prompt_name", str, None))
     ids = token_ids_field(body, "input", limits)
+    if ids is not None and prefix:
+        raise HTTPError(422, "'prompt_name' applies to text input; put the prompt's tokens before the ids yourself",
+                        "prompt_name")
     if ids is not None:  # the model's own token ids, as the OpenAI API allows; not cached
         try:
             vectors = await asyncio.to_thread(e.embed_token_ids, ids)
@@ -113,8 +117,8 @@ async def embeddings(service: Service, body: dict[str, Any], params: dict[str, s
             raise HTTPError(422, str(exc), "input") from None
         tokens = sum(map(len, ids))
     else:
-        vectors, tokens = await _embed_cached(service, texts_field(body, "input", limits, allow_single=True),
-                                              e, batcher)
+        texts = [prefix + t for t in texts_field(body, "input", limits, allow_single=True)]
+        vectors, tokens = await _embed_cached(service, texts, e, batcher)
     if dims is not None and dims < e.dim:  # Matryoshka: the leading dimensions, normalised again
         vectors = vectors[:, :dims] / np.maximum(np.linalg.norm(vectors[:, :dims], axis=1, keepdims=True), 1e-12)
     data = []
@@ -123,6 +127,18 @@ async def embeddings(service: Service, body: dict[str, Any], params: dict[str, s
         data.append({"object": "embedding", "index": i, "embedding": value})
     return {"object": "list", "data": data, "model": e.model_id,
             "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
+
+
+def _prompt(e: Any, name: str | None) -> str:
+    """The text put before each input for ``prompt_name`` (sentence-transformers' name, as TEI
+    takes it): a prompt the model declares, or "query" / "document", which are nothing for a
+    model without prompts."""
+    if name is None:
+        return ""
+    if name in e.prompts or name in ("query", "document"):
+        return str(e.prompts[name]) if name in e.prompts else e.prompt(name)
+    names = sorted({"query", "document", *e.prompts})
+    raise HTTPError(400, f"'prompt_name' must be one of {names} for {e.name!r}; got {name!r:.80}", "prompt_name")
 
 
 async def _embed_cached(service: Service, texts: list[str], e: Any, batcher: Any) -> tuple[Any, int]:
