@@ -380,8 +380,11 @@ def _shares(work: np.ndarray) -> np.ndarray:
     return np.concatenate([[0], cuts, [work.size]]).astype(np.int64)
 
 
-def _kernel_searched(lefts: np.ndarray, x: np.ndarray, searches: list[tuple[np.ndarray, np.ndarray]], per: int
-                     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+GATHER_ROWS = 1 << 17  # float32 copies of float16 rows held at once by ``_kernel_searched``
+
+
+def _kernel_searched(lefts: np.ndarray, x: np.ndarray, searches: list[tuple[np.ndarray, np.ndarray]], per: int,
+                     gather: int = GATHER_ROWS) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """``_reach_best`` over the searches (rows of ``lefts``, rows of ``x`` they are searched
     against): (rows, starts, ids, sims), the rows of all searches one after another, search s's
     at ``starts[s]:starts[s + 1]``."""
@@ -389,14 +392,32 @@ def _kernel_searched(lefts: np.ndarray, x: np.ndarray, searches: list[tuple[np.n
     starts = np.cumsum([0] + [rows.size for rows, _ in searches])
     fronts = np.concatenate([front for _, front in searches])
     front_starts = np.cumsum([0] + [front.size for _, front in searches])
-    shares = _shares(np.diff(starts) * np.diff(front_starts))
+    work = np.diff(starts) * np.diff(front_starts)
     if x.dtype == np.float32:
-        return (rows, starts) + _reach_best(lefts, rows, starts, x, fronts, front_starts, shares, per)
-    # float16 rows: the kernel reads float32 copies of the rows it uses
-    xs, local_fronts, used = gathered(x, fronts)
-    ls, local_rows = (take(lefts, rows), np.arange(rows.size)) if lefts is x else (lefts, rows)
-    ids, sims = _reach_best(ls, local_rows, starts, xs, local_fronts, front_starts, shares, per)
-    return rows, starts, np.where(ids >= 0, used[np.maximum(ids, 0)], -1), sims
+        return (rows, starts) + _reach_best(lefts, rows, starts, x, fronts, front_starts, _shares(work), per)
+    # float16 rows: the kernel reads float32 copies of the rows it uses, gathered for a batch of
+    # searches at a time, so that the copies hold about ``gather`` rows however many searches
+    # there are (on fine-grained data every row is in a small side, searched against two or three
+    # partners: one copy of them all took 4 GB at n = 1,000,000).
+    held = np.cumsum(np.diff(starts) + np.diff(front_starts))  # rows gathered by the searches up to each
+    ids_parts, sims_parts = [], []
+    s = 0
+    while s < len(searches):
+        before = int(held[s - 1]) if s else 0
+        e = max(s + 1, int(np.searchsorted(held, before + gather, side="right")))
+        r, f = rows[starts[s]:starts[e]], fronts[front_starts[s]:front_starts[e]]
+        if lefts is x:
+            xs, local, used = gathered(x, np.concatenate([r, f]))
+            ls, local_rows, local_fronts = xs, local[:r.size], local[r.size:]
+        else:
+            xs, local_fronts, used = gathered(x, f)
+            ls, local_rows = lefts, r
+        ids, sims = _reach_best(ls, local_rows, starts[s:e + 1] - starts[s], xs, local_fronts,
+                                front_starts[s:e + 1] - front_starts[s], _shares(work[s:e]), per)
+        ids_parts.append(np.where(ids >= 0, used[np.maximum(ids, 0)], -1))
+        sims_parts.append(sims)
+        s = e
+    return rows, starts, np.concatenate(ids_parts), np.concatenate(sims_parts)
 
 
 def _spare_edges(rows: np.ndarray, ids: np.ndarray, sims: np.ndarray, per_row: int
@@ -527,7 +548,11 @@ def _component_sums(x, members, bounds):  # pragma: no cover - compiled
     return sums
 
 
-def _partners(sums: np.ndarray, sizes: np.ndarray, candidates: int) -> list[tuple[int, int]]:
+PARTNER_BLOCK = 1 << 24  # entries of the component similarities held at once by ``_partners``
+
+
+def _partners(sums: np.ndarray, sizes: np.ndarray, candidates: int, block: int = PARTNER_BLOCK
+              ) -> list[tuple[int, int]]:
     """The pairs (g < h) of components to search, sorted: each component with the one whose
     centroid is most similar to its own, and with the ``candidates`` of the highest mean
     similarity between their members and its own (the product of the two mean vectors).
@@ -544,11 +569,19 @@ def _partners(sums: np.ndarray, sizes: np.ndarray, candidates: int) -> list[tupl
     2,409."""
     c = sums.shape[0]
     means = (sums / sizes[:, None]).astype(np.float32)
-    mean_sims = means @ means.T
-    np.fill_diagonal(mean_sims, -np.inf)
-    centroid = np.argmax(mean_sims / np.sqrt(np.maximum(np.einsum("ij,ij->i", means, means), 1e-30)), axis=1)
+    norms = np.sqrt(np.maximum(np.einsum("ij,ij->i", means, means), 1e-30)).astype(np.float32)
     m = min(candidates, c - 1)
-    near = np.concatenate([centroid[:, None], np.argpartition(mean_sims, c - m, axis=1)[:, c - m:]], axis=1)
+    near = np.empty((c, m + 1), np.int64)
+    # Blocks of rows of the c x c similarities, so that memory stays ``block`` entries however many
+    # components there are (fine-grained data leaves one per topic: 100,000 at 10M rows).
+    step = max(1, block // c)
+    for start in range(0, c, step):
+        stop = min(start + step, c)
+        sims = means[start:stop] @ means.T
+        sims[np.arange(stop - start), np.arange(start, stop)] = -np.inf
+        near[start:stop, 1:] = np.argpartition(sims, c - m, axis=1)[:, c - m:]
+        sims /= norms
+        near[start:stop, 0] = np.argmax(sims, axis=1)
     return sorted({(min(g, h), max(g, h)) for g, row in enumerate(near.tolist()) for h in row})
 
 

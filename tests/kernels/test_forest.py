@@ -423,3 +423,47 @@ print(sorted(before))
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "_above" in done.stdout and "_reach_best" in done.stdout
+
+
+@pytest.mark.parametrize("block", [1, 7, 50, 1 << 24])
+def test_partners_in_blocks_are_those_of_the_whole_similarity_matrix(block):
+    """The partners of each component: the nearest centroid by cosine and the two of the highest
+    mean similarity, computed here from the whole matrix, equal whatever block of rows the kernel
+    holds at once."""
+    from chunktree.kernels.forest import _partners
+
+    rng = np.random.default_rng(3)
+    sums = rng.standard_normal((40, 16)) * rng.uniform(0.5, 3.0, (40, 1))
+    sizes = rng.integers(1, 50, 40)
+    means = (sums / sizes[:, None]).astype(np.float32)
+    sims = means.astype(np.float64) @ means.T.astype(np.float64)
+    np.fill_diagonal(sims, -np.inf)
+    cosine = sims / np.linalg.norm(means, axis=1)[None, :]
+    want = set()
+    for g in range(40):
+        for h in [int(np.argmax(cosine[g])), *np.argsort(sims[g])[-2:].tolist()]:
+            want.add((min(g, h), max(g, h)))
+    assert _partners(sums, sizes, 2, block=block) == sorted(want)
+
+
+@pytest.mark.parametrize("gather", [1, 40, 10_000])
+def test_float16_searches_gathered_in_batches_find_what_one_batch_finds(gather):
+    """However few float16 rows are copied to float32 at once, every search finds the same best
+    edges, and they are the exact best edges of its rows against its front."""
+    from chunktree.kernels.forest import _kernel_searched
+
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((600, 24)).astype(np.float16)
+    x /= np.linalg.norm(x.astype(np.float32), axis=1, keepdims=True).astype(np.float16)
+    searches = [(rng.choice(600, rng.integers(1, 30), replace=False), rng.choice(600, rng.integers(1, 50), replace=False))
+                for _ in range(25)]
+    _, starts, ids, sims = _kernel_searched(x, x, searches, 3, gather=gather)
+    want = _kernel_searched(x, x, searches, 3, gather=1 << 20)
+    np.testing.assert_array_equal(ids, want[2])
+    np.testing.assert_array_equal(sims, want[3])
+    xf = x.astype(np.float32)
+    for s, (r, front) in enumerate(searches):
+        exact = xf[r] @ xf[front].T
+        best = np.sort(exact, axis=1)[:, ::-1][:, :3]
+        got = sims[starts[s]:starts[s + 1], :min(3, front.size)]
+        np.testing.assert_allclose(got, best[:, :min(3, front.size)], atol=1e-5)
