@@ -196,6 +196,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "/v1/order answers); jsonl: one chunk a line (default %(default)s)")
     p.add_argument("--top", type=_int(1), default=None,
                    help="print only the first N ordered chunks (default: 10 for text, all for json/jsonl)")
+    p.add_argument("-o", "--output", type=Path, default=None, metavar="ORDER.npy|OUT.json|OUT.jsonl",
+                   help="also write the result to a file: .npy the order alone (int64 chunk ids in reading order, "
+                        "for programs), .json or .jsonl as --format json or jsonl would print it")
     _add_ray_arg(p, "embed and run the top-K search on a Ray cluster")
     _add_picture_args(p, "a picture of the Chow-Liu tree")
     _add_force(p)
@@ -732,6 +735,11 @@ def cmd_order(args: argparse.Namespace) -> int:
     from chunktree.engine.order import order
 
     _check_pictures(args)
+    if args.output is not None:
+        if args.output.suffix not in (".npy", ".json", ".jsonl"):
+            raise InvalidValueError(f"-o {args.output}: the file's suffix says what it holds: .npy (the order), .json "
+                                    f"or .jsonl (the result); got {args.output.suffix or 'none'}")
+        _check_output(args, args.output, "-o")
     if args.embeddings is not None:
         vectors, chunks = _embedded(args)
         embedder = _embedder(args) if args.query is not None else None
@@ -751,9 +759,18 @@ def cmd_order(args: argparse.Namespace) -> int:
                        ray=args.ray, memory_budget_mb=args.memory_budget)
     _write_pictures(args, result)
     top = args.top or (10 if args.format == "text" else None)
-    doc = _with_chunk_time(result.to_dict(top=top), chunk_s)
-    if _printed_structured(doc, args.format, "chunks"):
+    result = dataclasses.replace(result, timings={"chunk_s": chunk_s, **result.timings})
+    if args.output is not None:
+        with replacing(args.output, "wb" if args.output.suffix == ".npy" else "w") as f:
+            if args.output.suffix == ".npy":
+                np.save(f, result.order.astype(np.int64))
+            else:  # streamed: 10 million rows in the memory of one block
+                result.write_json(f, args.top, lines=args.output.suffix == ".jsonl")
+        print(f"wrote {args.output}", file=sys.stderr)
+    if args.format in ("json", "jsonl"):
+        result.write_json(sys.stdout, top, lines=args.format == "jsonl")
         return 0
+    doc = result.to_dict(top=top)
     weight = "" if doc["tree_weight"] is None else f", tree weight {doc['tree_weight']:.2f}"
     corpus = _corpus_line(chunks, doc["params"]) if chunks is not None else f"{doc['n_chunks']} vectors (no chunks file)"
     print(f"{corpus}; strategy {doc['strategy']}, method {doc['method']}{weight}; root chunk {doc['root']}")

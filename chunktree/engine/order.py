@@ -30,10 +30,10 @@ from __future__ import annotations
 import logging
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -43,7 +43,7 @@ from chunktree.engine.chunking import Chunk
 from chunktree.engine.embedding import EmbedStats
 from chunktree.engine.inputs import prepare
 from chunktree.engine.memory import StageMeter, check_budget, planned_peak_bytes
-from chunktree.engine.results import chunk_fields, json_float
+from chunktree.engine.results import chunk_fields, dumps, json_float
 from chunktree.kernels import bf16 as bf16_units
 from chunktree.kernels.forest import join_components, max_spanning_forest, orient_tree
 from chunktree.kernels.kmeans import spherical_kmeans
@@ -121,6 +121,9 @@ PROBE_GAP = 0.1
 BF16_SEARCH_MIN_ROWS = 1000
 # From this many embeddings, ``order(progress=True)`` says the planned peak memory before it starts.
 PLAN_SAID_N = 1_000_000
+ROWS_AT_ONCE = 65_536  # rows of an order's output made at a time (``OrderResult.write_json``)
+# With progress, a stage after the search that takes this many seconds says so in a line.
+STAGE_LINE_S = 2.0
 
 
 @dataclass(frozen=True)
@@ -182,13 +185,19 @@ class OrderResult:
     def explain(self, top: int | None = None) -> list[dict[str, Any]]:
         """The first ``top`` positions (default all): the chunk, its parent, and its similarity
         to the parent and to the query (None where there is none)."""
+        return list(self._explained(top))
+
+    def _explained(self, top: int | None, block: int = ROWS_AT_ONCE) -> Iterator[dict[str, Any]]:
+        """``explain``'s rows one at a time, made ``block`` positions at a time."""
         seq = self.order[:top]
-        parents = [None] * len(seq) if self.parent is None else self.parent[seq].tolist()
-        psim = [None] * len(seq) if self.parent_similarity is None else self.parent_similarity[seq].tolist()
-        qsim = [None] * len(seq) if self.query_similarity is None else self.query_similarity[seq].tolist()
-        return [{"position": position, "chunk": chunk, "parent": None if p is None or p < 0 else p,
-                 "parent_similarity": json_float(ps), "query_similarity": qs}
-                for position, (chunk, p, ps, qs) in enumerate(zip(seq.tolist(), parents, psim, qsim))]
+        for start in range(0, seq.size, block):
+            part = seq[start:start + block]
+            parents = [None] * part.size if self.parent is None else self.parent[part].tolist()
+            psim = [None] * part.size if self.parent_similarity is None else self.parent_similarity[part].tolist()
+            qsim = [None] * part.size if self.query_similarity is None else self.query_similarity[part].tolist()
+            for position, (chunk, p, ps, qs) in enumerate(zip(part.tolist(), parents, psim, qsim), start):
+                yield {"position": position, "chunk": chunk, "parent": None if p is None or p < 0 else p,
+                       "parent_similarity": json_float(ps), "query_similarity": qs}
 
     def to_html(self, path: str | Path, max_nodes: int | None = None) -> Path:
         """Write the tree as an interactive HTML page that opens offline (``engine.pictures``;
@@ -206,17 +215,38 @@ class OrderResult:
     def to_dict(self, top: int | None = None) -> dict[str, Any]:
         """The JSON-ready result: the whole order, and the first ``top`` chunks (default all) in
         reading order with their provenance, text, parent and similarities."""
-        rows = []
-        for row in self.explain(top):
+        return {"order": self.order.tolist(), **self._head(), "chunks": list(self.rows(top))}
+
+    def _head(self) -> dict[str, Any]:
+        return {"root": self.root, "strategy": self.strategy, "method": self.method,
+                "tree_weight": json_float(self.tree_weight), "query": self.query, "n_chunks": int(self.order.size),
+                "params": dict(self.params), "timings": dict(self.timings), "memory_mb": dict(self.memory),
+                "embedding": None if self.embedding is None else self.embedding.to_dict()}
+
+    def rows(self, top: int | None = None, block: int = ROWS_AT_ONCE) -> Iterator[dict[str, Any]]:
+        """``to_dict``'s chunk rows one at a time: the first ``top`` (default all) in reading order,
+        made ``block`` at a time."""
+        for row in self._explained(top, block):
             item = None if self.items is None else self.items[row["chunk"]]
-            rows.append({"position": row["position"], "id": row["chunk"], **chunk_fields(item),
-                         "parent": row["parent"], "parent_similarity": row["parent_similarity"],
-                         "query_similarity": row["query_similarity"]})
-        return {"order": self.order.tolist(), "root": self.root, "strategy": self.strategy,
-                "method": self.method, "tree_weight": json_float(self.tree_weight), "query": self.query,
-                "n_chunks": int(self.order.size), "params": dict(self.params), "timings": dict(self.timings),
-                "memory_mb": dict(self.memory),
-                "embedding": None if self.embedding is None else self.embedding.to_dict(), "chunks": rows}
+            yield {"position": row["position"], "id": row["chunk"], **chunk_fields(item), "parent": row["parent"],
+                   "parent_similarity": row["parent_similarity"], "query_similarity": row["query_similarity"]}
+
+    def write_json(self, out: IO[str], top: int | None = None, lines: bool = False, block: int = ROWS_AT_ONCE
+                   ) -> None:
+        """``to_dict`` as JSON into ``out``, or (``lines``) its chunk rows as JSON Lines, written
+        ``block`` rows at a time: 10 million rows take no more memory than one block."""
+        if lines:
+            for row in self.rows(top, block):
+                out.write(dumps(row) + "\n")
+            return
+        head = dumps(self._head(), indent=1)
+        out.write(head[:-2] + ',\n "order": [')  # the head without its closing "\n}"
+        for start in range(0, self.order.size, block):
+            out.write(("," if start else "") + ",".join(map(str, self.order[start:start + block].tolist())))
+        out.write('],\n "chunks": [')
+        for i, row in enumerate(self.rows(top, block)):
+            out.write(("," if i else "") + "\n  " + dumps(row))
+        out.write("\n ]\n}\n")
 
 
 def order(
@@ -356,6 +386,7 @@ def order(
         else:
             seq = (bfs_order if strategy == "bfs" else dfs_order)(indptr, children, np.int64(root))
         timings["traverse_s"] = time.perf_counter() - t2
+        _said(progress, f"{strategy} traversal: {timings['traverse_s']:.0f} s", timings["traverse_s"])
         meter.mark("traverse")
         parent_sim = weight.copy()
         parent_sim[root] = np.nan
@@ -441,12 +472,18 @@ def sparse_neighbours(x: np.ndarray, k: int, n_clusters: int, probes: int, seed:
     exact = exact_sims_of_rows(x, sample, k)
     recall, passes = recall_of_rows(sims[sample], exact), 0
     previous = None
+    if recall < REFINE_TARGET:
+        _said(progress and n >= PLAN_SAID_N, f"refinement: recall@{k} of the lists {recall:.3f} on {sample.size:,} "
+              f"sampled rows, below {REFINE_TARGET}: up to {MAX_REFINE_PASSES} passes of neighbours of neighbours")
     while recall < REFINE_TARGET and passes < MAX_REFINE_PASSES:
+        started = time.perf_counter()
         graph = with_reverse(ids, sims, REVERSE_NEIGHBOURS)
         fresh = np.ones(graph.shape, dtype=bool) if previous is None else fresh_entries(graph, previous)
         ids, sims, changed = refine_with_neighbours_of_neighbours(x, ids, sims, graph, fresh)
         previous = graph
         before, recall, passes = recall, recall_of_rows(sims[sample], exact), passes + 1
+        took = time.perf_counter() - started
+        _said(progress, f"refinement pass {passes}: recall@{k} {before:.3f} -> {recall:.3f}, {took:.0f} s", took)
         if changed < 1e-3 * ids.size or recall - before < REFINE_MIN_GAIN:  # another pass would not pay
             break
     if timings is not None:
@@ -483,9 +520,11 @@ def _sparse_tree(x: np.ndarray, root: int, k: int | None, n_clusters: int | None
     taken, labels = max_spanning_forest(src, dst, w, n)
     components = int(np.unique(labels).size)
     t1 = time.perf_counter()
+    _said(progress, f"forest of the neighbour graph: {components:,} components, {t1 - t0:.0f} s", t1 - t0)
     if meter is not None:
         meter.mark("forest")
-    j_src, j_dst, j_w = join_components(x, labels, per_row=JOIN_PER_ROW)
+    j_src, j_dst, j_w = join_components(x, labels, per_row=JOIN_PER_ROW,
+                                        said=(lambda line, took: _said(progress, line, took)) if progress else None)
     t_src, t_dst, t_w = (np.concatenate([a[taken], b]) for a, b in ((src, j_src), (dst, j_dst), (w, j_w)))
     tree, _ = max_spanning_forest(t_src, t_dst, t_w, n)  # the forest's edges, the joining and spare edges
     timings.update(forest_s=t1 - t0, join_s=time.perf_counter() - t1)
@@ -495,6 +534,13 @@ def _sparse_tree(x: np.ndarray, root: int, k: int | None, n_clusters: int | None
     params = {"k": k, "n_clusters": n_clusters, "probes": probes, "seed": seed, **found,
               "forest_components": components, "joining_edges": int((tree >= taken.size).sum())}
     return parent, weight, params
+
+
+def _said(progress: bool, line: str, seconds: float = STAGE_LINE_S) -> None:
+    """A stage's line on stderr, with ``progress``, for a stage that took ``STAGE_LINE_S`` seconds
+    or more (the search counts its rows itself; a small run's stages pass in silence)."""
+    if progress and seconds >= STAGE_LINE_S:
+        print(f"order: {line}", file=sys.stderr, flush=True)
 
 
 class _SearchProgress(Blocks):

@@ -12,6 +12,7 @@ The searches run on Python threads, each multiplying on one BLAS thread (``_sear
 """
 
 import itertools
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -585,8 +586,8 @@ def _partners(sums: np.ndarray, sizes: np.ndarray, candidates: int, block: int =
     return sorted({(min(g, h), max(g, h)) for g, row in enumerate(near.tolist()) for h in row})
 
 
-def join_components(x: np.ndarray, labels: np.ndarray, candidates: int = 2, per_row: int = 0
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def join_components(x: np.ndarray, labels: np.ndarray, candidates: int = 2, per_row: int = 0,
+                    said: Callable[[str, float], None] | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Edges (src, dst, weight) that join the components given by ``labels`` of the float32 unit
     rows ``x`` into one tree, then ``per_row`` spare edges for each row searched.
 
@@ -601,14 +602,17 @@ def join_components(x: np.ndarray, labels: np.ndarray, candidates: int = 2, per_
     The spare edges after them are each searched row's best ``per_row`` edges into the component
     it was searched against: the best tree may join two components by more than one edge, and a
     maximum spanning forest of the components' own edges and all of these is one spanning tree,
-    never lighter than the one the joining edges alone give.
+    never lighter than the one the joining edges alone give. ``said`` gets a line per round and
+    the round's seconds.
     """
     src_all, dst_all, w_all = [], [], []
     spare_all: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
     labels = labels.copy()
     # One BLAS thread: the searches run on threads of their own (``_searched``).
     with threadpool_limits(1, user_api="blas"):
+        rounds = 0
         while True:
+            started = time.perf_counter()
             comps, inverse = np.unique(labels, return_inverse=True)
             c = comps.size
             if c <= 1:
@@ -631,6 +635,11 @@ def join_components(x: np.ndarray, labels: np.ndarray, candidates: int = 2, per_
             # Relabel: merge the components joined this round.
             _, merged = kruskal(inverse[e_src[taken]], inverse[e_dst[taken]], np.arange(taken.size, dtype=np.int64), c)
             labels = merged[inverse]
+            rounds += 1
+            if said is not None:
+                took = time.perf_counter() - started
+                said(f"joining components, round {rounds}: {c:,} -> {c - taken.size:,} components, {len(pairs):,} "
+                     f"pairs searched, {took:.0f} s", took)
     if not src_all:
         return np.empty(0, np.int64), np.empty(0, np.int64), np.empty(0, np.float32)
     return (np.concatenate(src_all + [s[0] for s in spare_all]), np.concatenate(dst_all + [s[1] for s in spare_all]),

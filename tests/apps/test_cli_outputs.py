@@ -323,3 +323,22 @@ def test_an_interrupted_embed_says_what_it_kept_and_the_rerun_resumes(tmp_path, 
     assert list(out.parent.iterdir()) == []
     r = cli(*args)
     assert r.returncode == 0 and "(8 embedded, 512 from cache" in r.stdout
+
+
+def test_order_writes_its_order_as_npy_and_its_rows_as_jsonl_files(tmp_path, cli):
+    import numpy as np
+
+    x = np.random.default_rng(2).standard_normal((40, 16)).astype(np.float32)
+    np.save(tmp_path / "x.npy", x)
+    r = cli("order", "--embeddings", tmp_path / "x.npy", "--format", "json", "-o", tmp_path / "order.npy")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    saved = np.load(tmp_path / "order.npy")
+    assert saved.dtype == np.int64 and saved.tolist() == doc["order"] and sorted(saved.tolist()) == list(range(40))
+    r = cli("order", "--embeddings", tmp_path / "x.npy", "-o", tmp_path / "rows.jsonl")
+    assert r.returncode == 0 and f"wrote {tmp_path / 'rows.jsonl'}" in r.stderr
+    rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    assert [row["id"] for row in rows] == doc["order"] and [row["position"] for row in rows] == list(range(40))
+    r = cli("order", "--embeddings", tmp_path / "x.npy", "-o", tmp_path / "order.csv")
+    assert r.returncode == 2 and "the file's suffix says what it holds: .npy (the order), .json or .jsonl" in r.stderr
+    assert not (tmp_path / "order.csv").exists()

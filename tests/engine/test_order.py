@@ -327,3 +327,26 @@ def test_rows_alike_in_the_hashed_dimensions_are_not_taken_for_copies():
     assert np.array_equal(inputs.vectors[12, hashed], inputs.vectors[2, hashed])
     first = inputs.first_copies()
     assert first[11] == 2 and first[12] == 12 and (first == np.arange(40)).sum() == 39
+
+
+@pytest.mark.parametrize("top", [None, 23])
+def test_json_written_a_block_at_a_time_is_the_results_dict(top):
+    """``write_json`` streams rows in blocks (here of 7, across many block edges): the JSON is
+    ``to_dict``'s, and the JSON Lines are its chunk rows."""
+    import dataclasses
+    import io
+    import json
+
+    from strict_json import loads
+
+    from chunktree import Chunk
+
+    x = np.random.default_rng(8).standard_normal((50, 12)).astype(np.float32)
+    chunks = [Chunk(id=i, text=f"text {i}", source="a.md", index=i, start=10 * i, end=10 * i + 6) for i in range(50)]
+    result = dataclasses.replace(order(x, x[3]), items=chunks)
+    whole, lines = io.StringIO(), io.StringIO()
+    result.write_json(whole, top, block=7)
+    result.write_json(lines, top, lines=True, block=7)
+    want = json.loads(json.dumps(result.to_dict(top)))
+    assert loads(whole.getvalue()) == want and len(want["chunks"]) == (top or 50)
+    assert [loads(line) for line in lines.getvalue().splitlines()] == want["chunks"]

@@ -1,6 +1,7 @@
 """Spanning forest, component joining and tree orientation, against scipy."""
 
 import itertools
+import re
 
 import numpy as np
 import pytest
@@ -467,3 +468,17 @@ def test_float16_searches_gathered_in_batches_find_what_one_batch_finds(gather):
         best = np.sort(exact, axis=1)[:, ::-1][:, :3]
         got = sims[starts[s]:starts[s + 1], :min(3, front.size)]
         np.testing.assert_allclose(got, best[:, :min(3, front.size)], atol=1e-5)
+
+
+def test_join_says_each_round_with_the_components_it_leaves():
+    rng = np.random.default_rng(4)
+    x = rng.standard_normal((300, 8)).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    labels = np.arange(300) // 3  # 100 components of three rows
+    lines = []
+    join_components(x, labels, said=lambda line, took: lines.append((line, took)))
+    counts = [(int(a.replace(",", "")), int(b.replace(",", ""))) for a, b in
+              (re.search(r"round \d+: ([\d,]+) -> ([\d,]+) components", line).groups() for line, _ in lines)]
+    assert counts[0][0] == 100 and counts[-1][1] == 1
+    assert all(b <= a // 2 for a, b in counts) and all(prev[1] == nxt[0] for prev, nxt in itertools.pairwise(counts))
+    assert all(took >= 0 for _, took in lines)
