@@ -548,7 +548,7 @@ def _open_cache(args: argparse.Namespace) -> Any:
 
 def _interrupted(args: argparse.Namespace) -> str:
     """The one line a Ctrl-C ends a command with: what was kept, and how to go on."""
-    line = f"chunktree {args.command}: interrupted; no output was written (a file being written is removed)"
+    line = f"chunktree {args.command}: interrupted; no file was left half-written (one being written is removed)"
     if not hasattr(args, "opened_cache"):
         return line
     cache, before = args.opened_cache

@@ -318,7 +318,7 @@ def test_an_interrupted_embed_says_what_it_kept_and_the_rerun_resumes(tmp_path, 
         r = cli(*args)
     assert r.returncode == 130 and r.stdout == "" and "Traceback" not in r.stderr
     assert r.stderr.strip().splitlines()[-1] == (
-        f"chunktree embed: interrupted; no output was written (a file being written is removed); the 512 vector(s) "
+        f"chunktree embed: interrupted; no file was left half-written (one being written is removed); the 512 vector(s) "
         f"embedded are kept in the cache {cache}: the same command resumes from them")
     assert list(out.parent.iterdir()) == []
     r = cli(*args)

@@ -127,7 +127,7 @@ def test_missing_and_unreadable_paths(tmp_path):
 
 def test_folder_reports_skipped_files(tmp_path, caplog):
     (tmp_path / "keep.txt").write_text("kept", encoding="utf-8")
-    (tmp_path / "image.png").write_bytes(b"\x89PNG")
+    (tmp_path / "image.png").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00\x00\rIHDR")
     with caplog.at_level(logging.WARNING):
         docs = read_paths([tmp_path])
     assert [d.text for d in docs] == ["kept"]

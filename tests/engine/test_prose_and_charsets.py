@@ -86,3 +86,11 @@ def test_a_few_bad_bytes_in_a_large_utf8_file_are_replaced_and_counted(tmp_path,
     assert doc.text.count("\ufffd") == 3 and doc.text.count("Kapitän") == 40010
     assert f"log.txt (3 byte sequence(s) that are not UTF-8, the first at offset {len(good) * 20000}, replaced " \
         "with U+FFFD)" in caplog.text
+
+
+def test_binary_formats_are_named_by_their_first_bytes_and_text_that_starts_alike_is_read(tmp_path, caplog):
+    (tmp_path / "logo.png").write_bytes(b"\x89PNG\r\n\x1a\n" + bytes(range(1, 200)))
+    (tmp_path / "riff.txt").write_text("RIFF files and ID3 tags: notes on the containers of sound files.\n")
+    with caplog.at_level(logging.WARNING):
+        (doc,) = read_paths([tmp_path])
+    assert doc.source.endswith("riff.txt") and "logo.png: binary (a PNG image)" in caplog.text
