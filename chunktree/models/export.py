@@ -41,10 +41,6 @@ def export_model(model_dir: str | os.PathLike[str], output: str | os.PathLike[st
         if not 8 <= window <= folder.window:
             raise InvalidValueError(f"window must be from 8 to {folder.window} (the model's own); got {window}")
         folder = dataclasses.replace(folder, window=window)
-    output = Path(output)
-    build_onnx(folder, output)  # written whole or not at all
-    import onnx
-
-    meta = {p.key: p.value for p in onnx.load(str(output), load_external_data=False).metadata_props}
+    meta = build_onnx(folder, Path(output))  # written whole or not at all
     return ExportReport(meta[onnx_file.META_MODEL_ID], folder.window, int(folder.config["hidden_size"]),
                         folder.pooling)

@@ -127,8 +127,9 @@ def built(folder: ModelFolder, stem: str | None = None) -> Path:
     return target
 
 
-def build_onnx(folder: ModelFolder, target: Path) -> None:
-    """Convert the safetensors weights of ``folder`` to ONNX at ``target`` (atomically)."""
+def build_onnx(folder: ModelFolder, target: Path) -> dict[str, str]:
+    """Convert the safetensors weights of ``folder`` to ONNX at ``target`` (atomically); returns the
+    metadata written into it (``onnx_file``'s keys)."""
     from safetensors import SafetensorError
     from safetensors.numpy import load_file
 
@@ -154,6 +155,7 @@ def build_onnx(folder: ModelFolder, target: Path) -> None:
     except (SafetensorError, OSError) as exc:
         raise InvalidValueError(f"{folder.weights}: not readable safetensors weights ({exc})") from None
     write_model(build_encoder_onnx(weights, folder.config, folder.pooling, metadata), target)
+    return metadata
 
 
 def list_models() -> list[dict[str, object]]:

@@ -135,10 +135,10 @@ def _prompt(e: Any, name: str | None) -> str:
     model without prompts."""
     if name is None:
         return ""
-    if name in e.prompts or name in ("query", "document"):
-        return str(e.prompts[name]) if name in e.prompts else e.prompt(name)
-    names = sorted({"query", "document", *e.prompts})
-    raise HTTPError(400, f"'prompt_name' must be one of {names} for {e.name!r}; got {name!r:.80}", "prompt_name")
+    if name not in e.prompts and name not in ("query", "document"):
+        names = sorted({"query", "document", *e.prompts})
+        raise HTTPError(400, f"'prompt_name' must be one of {names} for {e.name!r}; got {name!r:.80}", "prompt_name")
+    return str(e.prompt(name))
 
 
 async def _embed_cached(service: Service, texts: list[str], e: Any, batcher: Any) -> tuple[Any, int]:

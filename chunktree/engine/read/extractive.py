@@ -188,25 +188,27 @@ class Sentences:
            progress: bool = False, boilerplate: bool = False) -> Sentences:
         """The quotable sentences of ``texts`` (``boilerplate``: licence and copyright lines too);
         a sentence that introduces a list (it ends with a colon) carries the list's items."""
-        spans = []
+        spans, own_ends = [], []
         for i, text in enumerate(texts):
             found = split_sentences(text)
             k = 0
             while k < len(found):
                 a, b = found[k]
                 if quotable(text[a:b], last=k == len(found) - 1, boilerplate=boilerplate):
+                    own_end = b  # where the sentence's own words end: a list it carries is not scored
                     if text[a:b].endswith(":"):
                         b = list_after(text, b)
-                        if b == found[k][1]:  # a colon with no list after it in this chunk: cut by its end
+                        if b == own_end:  # a colon with no list after it in this chunk: cut by its end
                             k += 1
                             continue
                     spans.append((i, a, b))
+                    own_ends.append(own_end)
                 while k + 1 < len(found) and found[k + 1][0] < b:  # the list's own sentences are in it
                     k += 1
                 k += 1
         sentence_texts = [texts[i][a:b] for i, a, b in spans]
         # A sentence that carries a list is scored by its own words: the items would blur them.
-        own = [t[:t.index(":\n") + 1] if ":\n" in t else t for t in sentence_texts]
+        own = [texts[i][a:e] for (i, a, _), e in zip(spans, own_ends)]
         vectors, _ = embed_texts(own, embedder, cache, progress=progress, prompt="document")
         table = np.array(spans, dtype=np.int64).reshape(-1, 3)
         indptr = np.searchsorted(table[:, 0], np.arange(len(texts) + 1)).astype(np.int64)
