@@ -112,9 +112,11 @@ def test_a_projection_from_uneven_growth_comes_with_its_range():
     # time grows as n^1 from 10k to 30k and as n^1.5 from 30k to 100k
     times = {10_000: 1.0, 30_000: 3.0, 100_000: 3.0 * (100 / 30) ** 1.5}
     sizes = [size(n, t, 200.0) for n, t in times.items()]
-    got = projected_limits(sizes, 2 * times[100_000] ** 1, 10_000.0)["time"]
-    by_pair = sorted([30_000 * (2 * times[100_000] / 3.0) ** 1.0, 100_000 * 2 ** (1 / 1.5)])
-    assert got["low"] == pytest.approx(min(by_pair[0], got["n"])) and got["high"] == pytest.approx(max(by_pair[1], got["n"]))
+    budget = 2 * times[100_000]
+    got = projected_limits(sizes, budget, 10_000.0)["time"]
+    # the ends are where each pair's own power law reaches the budget: the slower one (n^1) latest
+    assert 3.0 * (got["high"] / 30_000) ** 1.0 == pytest.approx(budget)
+    assert times[100_000] * (got["low"] / 100_000) ** 1.5 == pytest.approx(budget)
     assert got["low"] < got["n"] < got["high"]
 
 
