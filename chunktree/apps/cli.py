@@ -28,7 +28,7 @@ from chunktree.engine.documents import MAX_BYTES, READS, iter_documents, sample_
 from chunktree.engine.order import DEFAULT_K, DEFAULT_STRATEGY, EXACT_MAX_N, METHODS, STRATEGIES
 from chunktree.engine.read.extractive import DEFAULT_MEMORY_WEIGHT
 from chunktree.engine.results import dumps
-from chunktree.engine.scale import DEFAULT_SIZES
+from chunktree.engine.scale import DEFAULT_SIZES, SHAPES
 from chunktree.files import FolderLock, replacing, replacing_npy
 from chunktree.models.backends import BACKENDS, PRECISIONS
 from chunktree.models.embedder import DEFAULT_BATCH_SIZE, DEFAULT_BATCH_TOKENS
@@ -198,7 +198,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="print only the first N ordered chunks (default: 10 for text, all for json/jsonl)")
     p.add_argument("-o", "--output", type=Path, default=None, metavar="ORDER.npy|OUT.json|OUT.jsonl",
                    help="also write the result to a file: .npy the order alone (int64 chunk ids in reading order, "
-                        "for programs), .json or .jsonl as --format json or jsonl would print it")
+                        "for programs), .json or .jsonl as --format json or jsonl would print it, every row "
+                        "whatever --top says")
     _add_ray_arg(p, "embed and run the top-K search on a Ray cluster")
     _add_picture_args(p, "a picture of the Chow-Liu tree")
     _add_force(p)
@@ -372,7 +373,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--embeddings", type=Path, default=None, metavar="X.npy",
                    help="measure random subsamples of these vectors instead of synthetic ones")
     p.add_argument("--topics", type=_int(1), default=100,
-                   help="topics of the synthetic vectors (more: fuzzier neighbourhoods; default %(default)s)")
+                   help="topics of the synthetic vectors, the grain of the data: a few large topics or many small "
+                        "ones (more: fuzzier neighbourhoods; default %(default)s)")
+    p.add_argument("--shape", choices=SHAPES, default="text",
+                   help="the synthetic vectors: 'text', each topic 20 sub-topics over a direction all share, shaped "
+                        "like embeddings of real text; 'topics', each row a topic's centre plus noise, topics apart "
+                        "(default %(default)s)")
     p.add_argument("--dtype", choices=("float32", "float16"), default="float32",
                    help="the vectors as ordered; float16 takes half the memory, as a float16 .npy given to "
                         "order --embeddings (default %(default)s)")
@@ -765,10 +771,10 @@ def cmd_order(args: argparse.Namespace) -> int:
             if args.output.suffix == ".npy":
                 np.save(f, result.order.astype(np.int64))
             else:  # streamed: 10 million rows in the memory of one block
-                result.write_json(f, args.top, lines=args.output.suffix == ".jsonl")
+                result.write_json(f, lines=args.output.suffix == ".jsonl", progress=_progress(args))
         print(f"wrote {args.output}", file=sys.stderr)
     if args.format in ("json", "jsonl"):
-        result.write_json(sys.stdout, top, lines=args.format == "jsonl")
+        result.write_json(sys.stdout, top, lines=args.format == "jsonl", progress=_progress(args))
         return 0
     doc = result.to_dict(top=top)
     weight = "" if doc["tree_weight"] is None else f", tree weight {doc['tree_weight']:.2f}"
@@ -1066,7 +1072,7 @@ def cmd_scale(args: argparse.Namespace) -> int:
         require("matplotlib", "plot", "the plots of chunktree scale (or give --no-plots)")
     for name in ("report.md", "scale.json", "time.png", "memory.png"):
         _check_output(args, args.output / name, "-o", f"{args.output}: ")
-    result = sweep(args.sizes, embeddings=args.embeddings, topics=args.topics, seed=args.seed,
+    result = sweep(args.sizes, embeddings=args.embeddings, shape=args.shape, topics=args.topics, seed=args.seed,
                    time_budget_s=args.time_budget, memory_budget_mb=args.memory_budget, dtype=args.dtype,
                    say=(lambda m: print(m, file=sys.stderr, flush=True)) if _progress(args) else (lambda m: None))
     for path in write_report(result, args.output, plots=not args.no_plots):

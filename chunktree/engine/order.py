@@ -89,6 +89,7 @@ METHODS = ("auto", "exact", "sparse")
 EXACT_MAX_N = 20_000
 DEFAULT_K = 16
 DEFAULT_PROBES = 16
+KMEANS_ITERATIONS = 10
 # The sparse method's neighbour lists: recall estimated on this many rows against exact neighbours,
 # refined while below the target (bench/bench_order.py, the fine-topic cases).
 RECALL_SAMPLE = 256
@@ -231,22 +232,26 @@ class OrderResult:
             yield {"position": row["position"], "id": row["chunk"], **chunk_fields(item), "parent": row["parent"],
                    "parent_similarity": row["parent_similarity"], "query_similarity": row["query_similarity"]}
 
-    def write_json(self, out: IO[str], top: int | None = None, lines: bool = False, block: int = ROWS_AT_ONCE
-                   ) -> None:
+    def write_json(self, out: IO[str], top: int | None = None, lines: bool = False, block: int = ROWS_AT_ONCE,
+                   progress: bool = False) -> None:
         """``to_dict`` as JSON into ``out``, or (``lines``) its chunk rows as JSON Lines, written
-        ``block`` rows at a time: 10 million rows take no more memory than one block."""
-        if lines:
-            for row in self.rows(top, block):
-                out.write(dumps(row) + "\n")
-            return
-        head = dumps(self._head(), indent=1)
-        out.write(head[:-2] + ',\n "order": [')  # the head without its closing "\n}"
-        for start in range(0, self.order.size, block):
-            out.write(("," if start else "") + ",".join(map(str, self.order[start:start + block].tolist())))
-        out.write('],\n "chunks": [')
+        ``block`` rows at a time: 10 million rows take no more memory than one block. With
+        ``progress``, the rows written and the time left go to stderr."""
+        written = progress_counter(min(top or self.order.size, self.order.size), "order: writing", "rows",
+                                   enabled=progress)
+        if not lines:
+            head = dumps(self._head(), indent=1)
+            out.write(head[:-2] + ',\n "order": [')  # the head without its closing "\n}"
+            for start in range(0, self.order.size, block):
+                out.write(("," if start else "") + ",".join(map(str, self.order[start:start + block].tolist())))
+            out.write('],\n "chunks": [')
         for i, row in enumerate(self.rows(top, block)):
-            out.write(("," if i else "") + "\n  " + dumps(row))
-        out.write("\n ]\n}\n")
+            out.write(dumps(row) + "\n" if lines else ("," if i else "") + "\n  " + dumps(row))
+            if (i + 1) % block == 0:
+                written.update(block)
+        if not lines:
+            out.write("\n ]\n}\n")
+        written.close()
 
 
 def order(
@@ -340,6 +345,8 @@ def order(
         meter.mark("embed")
         x, q = inputs.vectors, inputs.query
         n, d = x.shape
+        if inputs.embedding is None:
+            _said(progress, f"read and checked {n:,} vectors: {timings['embed_s']:.0f} s", timings["embed_s"])
         if not planned:  # texts: planned once embedded, before the tree
             _check_plan(x, method, k, probes, memory_budget_mb, progress)
         if root is not None:
@@ -435,10 +442,10 @@ def sparse_neighbours(x: np.ndarray, k: int, n_clusters: int, probes: int, seed:
        exact neighbours; while it is below ``REFINE_TARGET``, up to ``MAX_REFINE_PASSES`` passes
        of neighbour-of-neighbour refinement improve them (NN-descent's local join over each
        row's list and ``REVERSE_NEIGHBOURS`` reverse neighbours:
-       ``kernels.topk.refine_with_neighbours_of_neighbours``), stopping early once a pass gains
-       less than ``REFINE_MIN_GAIN``. On fuzzy data (5,000 fine topics at n = 100,000) the
-       search alone reaches 0.56 and three passes 0.97 (``bench/bench_order.py``); on clear data
-       no pass runs.
+       ``kernels.topk.refine_with_neighbours_of_neighbours``), stopping early once a pass gains,
+       or the next is projected to gain, less than ``REFINE_MIN_GAIN`` (``_worth_a_pass``). On
+       fuzzy data (5,000 fine topics at n = 100,000) the search alone reaches 0.56 and two passes
+       0.97 (``bench/bench_order.py``); on clear data no pass runs.
 
     The seconds of each stage go into ``timings`` (``kmeans_s``, ``topk_s``, ``refine_s``) and
     ``recall_estimate`` and ``refine_passes`` into ``info`` when given; ``meter`` marks the
@@ -450,9 +457,13 @@ def sparse_neighbours(x: np.ndarray, k: int, n_clusters: int, probes: int, seed:
     """
     t0 = time.perf_counter()
     bf16 = bf16_units.available()
-    centers = spherical_kmeans(x, n_clusters, seed, bf16=bf16)
+    iterations = progress_counter(KMEANS_ITERATIONS, f"order: K-means, {n_clusters:,} centres", "iterations",
+                                  enabled=progress)
+    centers = spherical_kmeans(x, n_clusters, seed, KMEANS_ITERATIONS, bf16=bf16, done=iterations.update)
+    iterations.close()
     bf16 = bf16 and x.shape[0] >= BF16_SEARCH_MIN_ROWS * n_clusters
     t1 = time.perf_counter()
+    _said(progress, f"K-means: {n_clusters:,} centres, {t1 - t0:.0f} s", t1 - t0)
     if meter is not None:
         meter.mark("kmeans")
     bar = _SearchProgress(x.shape[0], enabled=progress)
@@ -471,21 +482,22 @@ def sparse_neighbours(x: np.ndarray, k: int, n_clusters: int, probes: int, seed:
     sample = np.sort(np.random.default_rng(seed).choice(n, min(RECALL_SAMPLE, n), replace=False))
     exact = exact_sims_of_rows(x, sample, k)
     recall, passes = recall_of_rows(sims[sample], exact), 0
-    previous = None
+    previous, gains = None, []
     if recall < REFINE_TARGET:
         _said(progress and n >= PLAN_SAID_N, f"refinement: recall@{k} of the lists {recall:.3f} on {sample.size:,} "
               f"sampled rows, below {REFINE_TARGET}: up to {MAX_REFINE_PASSES} passes of neighbours of neighbours")
-    while recall < REFINE_TARGET and passes < MAX_REFINE_PASSES:
+    while recall < REFINE_TARGET and passes < MAX_REFINE_PASSES and _worth_a_pass(gains):
         started = time.perf_counter()
         graph = with_reverse(ids, sims, REVERSE_NEIGHBOURS)
         fresh = np.ones(graph.shape, dtype=bool) if previous is None else fresh_entries(graph, previous)
-        ids, sims, changed = refine_with_neighbours_of_neighbours(x, ids, sims, graph, fresh)
+        rows = progress_counter(n, f"order: refinement pass {passes + 1}", "rows", enabled=progress)
+        ids, sims, changed = refine_with_neighbours_of_neighbours(x, ids, sims, graph, fresh, done=rows.update)
+        rows.close()
         previous = graph
         before, recall, passes = recall, recall_of_rows(sims[sample], exact), passes + 1
+        gains.append(recall - before if changed >= 1e-3 * ids.size else 0.0)
         took = time.perf_counter() - started
         _said(progress, f"refinement pass {passes}: recall@{k} {before:.3f} -> {recall:.3f}, {took:.0f} s", took)
-        if changed < 1e-3 * ids.size or recall - before < REFINE_MIN_GAIN:  # another pass would not pay
-            break
     if timings is not None:
         timings.update(kmeans_s=t1 - t0, topk_s=t2 - t1, refine_s=time.perf_counter() - t2)
     if meter is not None:
@@ -493,6 +505,16 @@ def sparse_neighbours(x: np.ndarray, k: int, n_clusters: int, probes: int, seed:
     if info is not None:
         info.update(products="bf16" if bf16 else "float32", recall_estimate=recall, refine_passes=passes)
     return ids, sims
+
+
+def _worth_a_pass(gains: list[float]) -> bool:
+    """Whether another refinement pass is expected to gain ``REFINE_MIN_GAIN`` of recall: each
+    pass's gain is a fraction of the one before (bench/bench_order_10m.py's fine topics), so the
+    next is projected as the last gain times that fraction."""
+    if not gains:
+        return True
+    projected = gains[-1] if len(gains) == 1 else gains[-1] * gains[-1] / max(gains[-2], 1e-12)
+    return gains[-1] >= REFINE_MIN_GAIN and projected >= REFINE_MIN_GAIN
 
 
 def _sparse_tree(x: np.ndarray, root: int, k: int | None, n_clusters: int | None, probes: int | None,

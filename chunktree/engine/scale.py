@@ -1,14 +1,15 @@
 """Scale limits: how ordering's time and memory grow with n, measured on this machine.
 
-``sweep`` orders, for each n of a list, synthetic embedding-like vectors (``synthetic_embeddings``)
-or a random subsample of the user's own embeddings, each size in a fresh child process so that its
-peak memory is its own. Per size it records the seconds of every stage of the sparse method
-(K-means, top-K, refinement, forest, joining, traversal), the peak resident memory, recall@16 of the
-neighbour lists on sampled rows against exact neighbours, and the tree weight against the exact
-tree where the exact tree is affordable. Before each size it projects the time and memory from the
-sizes measured so far (a power law fitted to the last three) and stops cleanly when the projection
-passes the budget, or when the data alone would pass the memory budget. The child is watched while it
-runs: it is stopped when its resident memory passes the memory budget (read from ``/proc``, on Linux)
+``sweep`` orders, for each n of a list, synthetic vectors of a chosen grain (``synthetic``:
+text-like vectors in a few large topics, or many small distinct topics) or a random subsample of
+the user's own embeddings, each size in a fresh child process so that its peak memory is its own.
+Per size it records the seconds of every stage of the sparse method (K-means, top-K, refinement,
+forest, joining, traversal), the peak resident memory, recall@16 of the neighbour lists on sampled
+rows against exact neighbours, and the tree weight against the exact tree where the exact tree is
+affordable. Before each size it projects the time and memory from the sizes measured so far (a
+power law fitted to the last three) and stops cleanly when the projection passes the budget, or
+when the data alone would pass the memory budget. The child is watched while it runs: it is
+stopped when its resident memory passes the memory budget (read from ``/proc``, on Linux)
 or when it runs past twice the time budget and a minute (the data and the checks take time too). A
 child that fails sends its error back; ``Sweep.failed`` says so and the command exits non-zero.
 
@@ -86,6 +87,44 @@ def synthetic_embeddings(n: int, d: int = 384, topics: int = 100, subtopics: int
     return x
 
 
+def topic_embeddings(n: int, topics: int, d: int = 384, *, noise: float = 0.9, seed: int = 0,
+                     block: int = 100_000, out: np.ndarray | None = None) -> np.ndarray:
+    """float32 (n, d) unit rows in ``topics`` small distinct topics, or written into ``out`` as
+    ``synthetic_embeddings`` does: each row a random unit topic centre plus Gaussian noise of norm
+    about ``noise`` (``c + noise * N(0, I) / sqrt(d)``), normalised. Rows are made ``block`` at a
+    time, each block from its own share of the topics (10,000,000 rows of 100,000 topics: 1,000
+    topics in each block of 100,000 rows, about 100 rows a topic), so the scratch is one block's
+    rows and centres; with fewer topics than blocks, every block draws from all of them."""
+    rng = np.random.default_rng(seed)
+
+    def directions(m: int) -> np.ndarray:
+        v = rng.standard_normal((m, d), dtype=np.float32)
+        return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+    blocks = -(-n // block)
+    shared = directions(topics) if topics < blocks else None
+    x = np.empty((n, d), dtype=np.float32) if out is None else out
+    for b, start in enumerate(range(0, n, block)):
+        m = min(block, n - start)
+        centres = shared if shared is not None else directions(topics * (b + 1) // blocks - topics * b // blocks)
+        part = centres[rng.integers(0, centres.shape[0], m)] + noise * rng.standard_normal((m, d), dtype=np.float32) / np.sqrt(d)
+        x[start:start + m] = part / np.linalg.norm(part, axis=1, keepdims=True)
+    return x
+
+
+SHAPES = ("text", "topics")
+
+
+def synthetic(n: int, shape: str, topics: int, seed: int = 0, out: np.ndarray | None = None) -> np.ndarray:
+    """The synthetic vectors of ``shape``: ``"text"`` (``synthetic_embeddings``: ``topics`` topics
+    of 20 sub-topics over a shared direction, shaped like embeddings of real text) or
+    ``"topics"`` (``topic_embeddings``: ``topics`` small distinct topics)."""
+    one_of(shape, "shape", SHAPES)
+    if shape == "text":
+        return synthetic_embeddings(n, topics=topics, seed=seed, out=out)
+    return topic_embeddings(n, topics, seed=seed, out=out)
+
+
 @dataclass
 class SizeResult:
     """One measured size: stage seconds, peak memory (and the process's own before the data: the
@@ -138,17 +177,17 @@ def _recall(x: np.ndarray, k: int, n_clusters: int, probes: int, seed: int) -> t
     return recall_of_rows(sims[rows], exact[:, :k]), gap
 
 
-def _measure(n: int, embeddings: str | None, topics: int, seed: int, dtype: str, out: Any) -> None:
+def _measure(n: int, embeddings: str | None, shape: str, topics: int, seed: int, dtype: str, out: Any) -> None:
     """Child process: make or load the data, order it, measure; send a dict through ``out``, or
     ``{"error": ...}`` when that fails."""
     try:
-        out.send(_measured(n, embeddings, topics, seed, dtype))
+        out.send(_measured(n, embeddings, shape, topics, seed, dtype))
     except Exception as exc:  # the parent reports it; the traceback stays in the child's stderr
         out.send({"error": f"{type(exc).__name__}: {exc}"})
         raise
 
 
-def _measured(n: int, embeddings: str | None, topics: int, seed: int, dtype: str) -> dict[str, Any]:
+def _measured(n: int, embeddings: str | None, shape: str, topics: int, seed: int, dtype: str) -> dict[str, Any]:
     from chunktree.checks import unit_rows
     from chunktree.engine.order import RECALL_SAMPLE, order
     from chunktree.kernels.forest import load_kernels
@@ -159,7 +198,7 @@ def _measured(n: int, embeddings: str | None, topics: int, seed: int, dtype: str
     load_kernels()
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux
     if embeddings is None:
-        x = synthetic_embeddings(n, topics=topics, seed=seed + n, out=np.empty((n, 384), dtype=dtype))
+        x = synthetic(n, shape, topics, seed=seed + n, out=np.empty((n, 384), dtype=dtype))
     else:
         source = np.load(embeddings, mmap_mode="r")
         rows = np.arange(n) if n == source.shape[0] else np.sort(
@@ -305,7 +344,8 @@ def projected_limits(sizes: Sequence[SizeResult], time_budget_s: float, memory_b
 
 
 def sweep(sizes: Sequence[int] = DEFAULT_SIZES, *, embeddings: str | os.PathLike[str] | None = None,
-          topics: int = 100, seed: int = 0, time_budget_s: float = 600.0, memory_budget_mb: float | None = None,
+          shape: str = "text", topics: int = 100, seed: int = 0, time_budget_s: float = 600.0,
+          memory_budget_mb: float | None = None,
           dtype: str = "float32", say: Callable[[str], None] = log.info) -> Sweep:
     """Measure ordering at each of ``sizes`` (ascending), each in a fresh child process.
 
@@ -313,8 +353,9 @@ def sweep(sizes: Sequence[int] = DEFAULT_SIZES, *, embeddings: str | os.PathLike
     ----------
     embeddings
         a ``.npy`` of the user's own vectors (float16/32/64, memory-mapped), subsampled
-        to each size; sizes above its row count are dropped. Default: ``synthetic_embeddings``
-        with ``topics`` topics.
+        to each size; sizes above its row count are dropped. Default: synthetic vectors
+        (``synthetic``) of ``shape`` in ``topics`` topics: the grain of the data, from a few
+        large topics to many small ones.
     time_budget_s
         the longest one ordering run may take; a size projected past it is not run.
     memory_budget_mb
@@ -333,8 +374,9 @@ def sweep(sizes: Sequence[int] = DEFAULT_SIZES, *, embeddings: str | os.PathLike
         memory_budget_mb = 0.75 * os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**20
     number(memory_budget_mb, "memory_budget_mb", 0.0, low_open=True)
     integer(topics, "topics", 1)
+    one_of(shape, "shape", SHAPES)
     one_of(dtype, "dtype", DTYPES)
-    source, dim = f"synthetic, {topics} topics, {dtype}", 384
+    source, dim = f"synthetic ({shape}), {topics:,} topics, {dtype}", 384
     if embeddings is not None:
         try:
             shape = np.load(embeddings, mmap_mode="r").shape
@@ -371,7 +413,7 @@ def sweep(sizes: Sequence[int] = DEFAULT_SIZES, *, embeddings: str | os.PathLike
         say(f"scale: n={n:,}: ordering{guess} ...")
         t0 = time.perf_counter()
         receive, send = context.Pipe(duplex=False)
-        child = context.Process(target=_measure, args=(n, embeddings, topics, seed, dtype, send), daemon=True)
+        child = context.Process(target=_measure, args=(n, embeddings, shape, topics, seed, dtype, send), daemon=True)
         child.start()
         send.close()
         got, why, result.failed = _watch(child, receive, n, 2 * time_budget_s + 60, memory_budget_mb)

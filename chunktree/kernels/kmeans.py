@@ -9,6 +9,8 @@ mini-batch step cost 6 ms a step here (against BLAS's own threads), more than th
 work.
 """
 
+from collections.abc import Callable
+
 import numpy as np
 from numba import njit
 
@@ -109,12 +111,14 @@ def kmeans_plusplus(x: np.ndarray, k: int, rng: np.random.Generator,
 
 
 def spherical_kmeans(x: np.ndarray, k: int, seed: int = 0, iters: int = 10,
-                     points_per_centre: int = 64, bf16: bool = False) -> np.ndarray:
+                     points_per_centre: int = 64, bf16: bool = False,
+                     done: Callable[[int], None] | None = None) -> np.ndarray:
     """float32 (k, d) unit centres of unit rows ``x``: Lloyd iterations by cosine on a sample of
     at most ``points_per_centre * k`` rows, starting from ``k`` distinct sampled rows. A centre
     that loses every row keeps its place. Each iteration finds every row's nearest centre as the
     top-K search's probe lists do (``topk.probe_lists`` with one probe, on the bf16 units with
-    ``bf16``) and sums the rows of each centre (``center_sums``)."""
+    ``bf16``) and sums the rows of each centre (``center_sums``); ``done`` (when given) is called
+    with 1 after each iteration."""
     rng = np.random.default_rng(seed)
     n = x.shape[0]
     sample = np.sort(rng.choice(n, min(n, points_per_centre * k), replace=False))
@@ -126,4 +130,6 @@ def spherical_kmeans(x: np.ndarray, k: int, seed: int = 0, iters: int = 10,
         norms = np.linalg.norm(sums, axis=1)
         moved = (counts > 0) & (norms > 0)
         centers[moved] = (sums[moved] / norms[moved, None]).astype(np.float32)
+        if done is not None:
+            done(1)
     return centers

@@ -6,6 +6,7 @@ are nearest to it (an inverted-file search done as one matrix product per cluste
 rows), so its cost is O(n * probes * n / n_clusters * d). Both exclude a row from its own list.
 """
 
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
@@ -408,7 +409,8 @@ def fresh_entries(graph, previous):  # pragma: no cover - compiled
 
 
 def refine_with_neighbours_of_neighbours(x: np.ndarray, ids: np.ndarray, sims: np.ndarray, graph: np.ndarray,
-                                         fresh: np.ndarray, block: int = REFINE_BLOCK
+                                         fresh: np.ndarray, block: int = REFINE_BLOCK,
+                                         done: Callable[[int], None] | None = None
                                          ) -> tuple[np.ndarray, np.ndarray, int]:
     """One pass of neighbour-of-neighbour refinement, as NN-descent's local join: every two rows
     of the same ``graph`` row (a row's list and reverse neighbours, ``with_reverse``) are
@@ -428,7 +430,8 @@ def refine_with_neighbours_of_neighbours(x: np.ndarray, ids: np.ndarray, sims: n
     each graph row's few rows read once from memory, and the pairs that beat a list are kept;
     then the lists are updated in parallel, each thread owning a range of rows and applying that
     range's pairs in graph-row order. A pair below a list's k-th best when scored stays below it,
-    so the lists depend neither on ``block`` nor on the thread count. Scoring pairs from a graph
+    so the lists depend neither on ``block`` nor on the thread count. ``done`` (when given) is
+    called with the rows of each block when it is done. Scoring pairs from a graph
     row's few rows in cache, rather than each row's neighbours' neighbours one by one (a random
     row of ``x`` for each candidate), keeps the pass off memory bandwidth; bench/bench_topk.py
     (sparse_neighbours, ``CHUNKTREE_BENCH_TOPK_TOPICS=5000``) times it.
@@ -447,6 +450,8 @@ def refine_with_neighbours_of_neighbours(x: np.ndarray, ids: np.ndarray, sims: n
         xs, local = (x, graph[start:stop]) if x.dtype == np.float32 else gathered(x, graph[start:stop])[:2]
         _score_pairs(xs, local, graph, fresh, out_sims, start, stop, pair_row, pair_cand, pair_sim, counts)
         _apply_pairs(out_ids, out_sims, pair_row, pair_cand, pair_sim, counts[:stop - start], changed)
+        if done is not None:
+            done(stop - start)
     return out_ids, out_sims, int(changed.sum())
 
 

@@ -335,9 +335,10 @@ def test_order_writes_its_order_as_npy_and_its_rows_as_jsonl_files(tmp_path, cli
     doc = json.loads(r.stdout)
     saved = np.load(tmp_path / "order.npy")
     assert saved.dtype == np.int64 and saved.tolist() == doc["order"] and sorted(saved.tolist()) == list(range(40))
-    r = cli("order", "--embeddings", tmp_path / "x.npy", "-o", tmp_path / "rows.jsonl")
+    r = cli("order", "--embeddings", tmp_path / "x.npy", "--top", "3", "-o", tmp_path / "rows.jsonl")
     assert r.returncode == 0 and f"wrote {tmp_path / 'rows.jsonl'}" in r.stderr
     rows = [json.loads(line) for line in (tmp_path / "rows.jsonl").read_text().splitlines()]
+    # --top limits what is printed, not the file
     assert [row["id"] for row in rows] == doc["order"] and [row["position"] for row in rows] == list(range(40))
     r = cli("order", "--embeddings", tmp_path / "x.npy", "-o", tmp_path / "order.csv")
     assert r.returncode == 2 and "the file's suffix says what it holds: .npy (the order), .json or .jsonl" in r.stderr

@@ -2,6 +2,7 @@
 memory plan and its budget, per-stage memory, progress with the projected time, and the probe
 lists' selection."""
 
+import io
 import subprocess
 import sys
 import threading
@@ -109,15 +110,21 @@ def test_order_reports_the_peak_memory_of_every_stage():
     assert r.to_dict(top=1)["memory_mb"] == r.memory
 
 
-def test_progress_shows_the_search_and_its_projected_time(monkeypatch, capfd):
+def test_progress_shows_every_stage_and_the_time_left(monkeypatch, capfd):
     import chunktree.kernels.topk as topk
 
     monkeypatch.setattr(topk, "ROW_BLOCK", 5000)
     monkeypatch.setenv("CHUNKTREE_PROGRESS_SECONDS", "0")
-    order(synthetic_embeddings(30_000, seed=4), method="sparse", progress=True)
+    result = order(synthetic_embeddings(30_000, topics=3000, seed=4), method="sparse", progress=True)
     err = capfd.readouterr().err
+    assert "order: K-means, 346 centres: 1/10 iterations (10%)" in err and "about" in err.split("K-means")[1]
     assert "order: neighbour search: " in err and "/30.0k rows" in err
     assert "projected from the first 5,000 rows: the search" in err
+    assert result.params["refine_passes"] >= 1  # fuzzy data: the lists are refined, a pass at a time
+    assert "order: refinement pass 1: 2.0k/30.0k rows (7%)" in err
+    with io.StringIO() as out:
+        result.write_json(out, lines=True, block=10_000, progress=True)
+    assert "order: writing: 10.0k/30.0k rows (33%)" in capfd.readouterr().err
 
 
 def test_probe_lists_are_the_nearest_centres_nearest_first_ties_to_the_lower():

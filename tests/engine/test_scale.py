@@ -16,6 +16,7 @@ from chunktree.engine.scale import (
     fits,
     projected_limits,
     synthetic_embeddings,
+    topic_embeddings,
 )
 from chunktree.kernels.topk import exact_sims_of_rows, topk_exact
 
@@ -31,6 +32,18 @@ def test_synthetic_embeddings_are_unit_rows_with_realistic_neighbourhoods():
     # The module's stated shape (close to all-MiniLM-L6-v2 on the Moby-Dick sample).
     assert abs(pairs.mean() - 0.34) < 0.05
     assert abs(sims[:, 0].mean() - 0.65) < 0.05 and abs(sims[:, 15].mean() - 0.55) < 0.05
+
+
+def test_topic_embeddings_keep_each_blocks_topics_to_itself():
+    x = topic_embeddings(3000, 30, block=1000, seed=0)
+    np.testing.assert_allclose(np.linalg.norm(x, axis=1), 1.0, atol=1e-5)
+    ids, sims = topk_exact(x, 16)
+    # Ten topics a block, about 100 rows a topic: a row's 16 nearest share its topic, so its block.
+    assert (ids // 1000 == np.arange(3000)[:, None] // 1000).all()
+    assert abs(sims[:, 15].mean() - 0.55) < 0.05  # a same-topic pair: about 1 / (1 + 0.9^2) in cosine
+    shared = topic_embeddings(3000, 2, block=1000, seed=0)  # fewer topics than blocks: every block draws from both
+    ids = topk_exact(shared, 16)[0]
+    assert (ids // 1000 != np.arange(3000)[:, None] // 1000).mean() > 0.5
 
 
 def test_exact_sims_of_rows_match_the_exact_top_k():
@@ -123,10 +136,11 @@ def test_a_projection_from_uneven_growth_comes_with_its_range():
 def test_scale_command_writes_the_report_and_plots_and_stops_at_the_budget(tmp_path):
     pytest.importorskip("matplotlib")
     out = tmp_path / "report"
-    r = subprocess.run([sys.executable, "-m", "chunktree", "scale", "--sizes", "800", "1600", "3200",
-                        "--time-budget", "0.01", "-o", str(out)], capture_output=True, text=True, timeout=300)
+    r = subprocess.run([sys.executable, "-m", "chunktree", "scale", "--sizes", "800", "1600", "3200", "--shape", "topics",
+                        "--topics", "16", "--time-budget", "0.01", "-o", str(out)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     doc = loads((out / "scale.json").read_text())
+    assert doc["source"] == "synthetic (topics), 16 topics, float32"
     # Two sizes are needed to project; the third is projected past 0.01 s and left out.
     assert [row["n"] for row in doc["sizes"]] == [800, 1600]
     assert doc["stopped"].startswith("n=3,200 left out: projected")
