@@ -42,10 +42,29 @@ def finite(value: Any) -> Any:
     return value
 
 
+def _plain(value: Any) -> Any:
+    """What the JSON encoder cannot write itself: NumPy values as Python ones, anything else as text."""
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    if isinstance(value, np.generic):
+        return value.item()
+    return str(value)
+
+
+_STRICT = json.JSONEncoder(ensure_ascii=False, allow_nan=False, default=_plain)
+
+
 def dumps(value: Any, *, indent: int | None = None) -> str:
     """Strict JSON (RFC 8259): non-finite numbers become null (``finite``), never ``NaN``, which
-    strict parsers (``jq``, a browser's ``JSON.parse``) refuse; text is kept as UTF-8."""
-    return json.dumps(finite(value), ensure_ascii=False, indent=indent, allow_nan=False, default=str)
+    strict parsers (``jq``, a browser's ``JSON.parse``) refuse; text is kept as UTF-8. A value
+    without a non-finite number (the encoder refuses one) is written as it is, without the copy
+    ``finite`` makes."""
+    if indent is None:
+        try:
+            return _STRICT.encode(value)
+        except ValueError:
+            pass
+    return json.dumps(finite(value), ensure_ascii=False, indent=indent, allow_nan=False, default=_plain)
 
 
 def chunk_fields(item: Chunk | str | None) -> dict[str, Any]:
