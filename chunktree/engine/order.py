@@ -463,7 +463,6 @@ def sparse_neighbours(x: np.ndarray, k: int, n_clusters: int, probes: int, seed:
     iterations.close()
     bf16 = bf16 and x.shape[0] >= BF16_SEARCH_MIN_ROWS * n_clusters
     t1 = time.perf_counter()
-    _said(progress, f"K-means: {n_clusters:,} centres, {t1 - t0:.0f} s", t1 - t0)
     if meter is not None:
         meter.mark("kmeans")
     bar = _SearchProgress(x.shape[0], enabled=progress)
