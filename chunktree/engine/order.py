@@ -245,10 +245,12 @@ class OrderResult:
             for start in range(0, self.order.size, block):
                 out.write(("," if start else "") + ",".join(map(str, self.order[start:start + block].tolist())))
             out.write('],\n "chunks": [')
-        for i, row in enumerate(self.rows(top, block)):
-            out.write(dumps(row) + "\n" if lines else ("," if i else "") + "\n  " + dumps(row))
-            if (i + 1) % block == 0:
+        count = 0
+        for count, row in enumerate(self.rows(top, block), 1):
+            out.write(dumps(row) + "\n" if lines else ("," if count > 1 else "") + "\n  " + dumps(row))
+            if count % block == 0:
                 written.update(block)
+        written.update(count % block)
         if not lines:
             out.write("\n ]\n}\n")
         written.close()
@@ -481,7 +483,8 @@ def sparse_neighbours(x: np.ndarray, k: int, n_clusters: int, probes: int, seed:
     sample = np.sort(np.random.default_rng(seed).choice(n, min(RECALL_SAMPLE, n), replace=False))
     exact = exact_sims_of_rows(x, sample, k)
     recall, passes = recall_of_rows(sims[sample], exact), 0
-    previous, gains = None, []
+    previous = None
+    gains: list[float] = []  # the recall each pass gained
     if recall < REFINE_TARGET:
         _said(progress and n >= PLAN_SAID_N, f"refinement: recall@{k} of the lists {recall:.3f} on {sample.size:,} "
               f"sampled rows, below {REFINE_TARGET}: up to {MAX_REFINE_PASSES} passes of neighbours of neighbours")

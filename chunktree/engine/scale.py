@@ -379,12 +379,12 @@ def sweep(sizes: Sequence[int] = DEFAULT_SIZES, *, embeddings: str | os.PathLike
     source, dim = f"synthetic ({shape}), {topics:,} topics, {dtype}", 384
     if embeddings is not None:
         try:
-            shape = np.load(embeddings, mmap_mode="r").shape
+            given = np.load(embeddings, mmap_mode="r").shape
         except (OSError, ValueError) as exc:
             raise InvalidValueError(f"embeddings {embeddings}: not a readable .npy file ({exc})") from None
-        if len(shape) != 2:
-            raise InvalidValueError(f"embeddings {embeddings}: must be a 2-d array (chunks x dims); got shape {shape}")
-        rows, dim = shape
+        if len(given) != 2:
+            raise InvalidValueError(f"embeddings {embeddings}: must be a 2-d array (chunks x dims); got shape {given}")
+        rows, dim = given
         dropped = [n for n in sizes if n > rows]
         if dropped:
             say(f"scale: {embeddings} has {rows} rows; sizes {dropped} left out")

@@ -35,7 +35,7 @@ _local = threading.local()
 def available() -> bool:
     """Whether this machine runs bf16 products natively: OpenVINO loads and lists BF16, which it
     does on a CPU with AVX-512 BF16 or AMX."""
-    from chunktree.models.backends import has_bf16_units, openvino_core
+    from chunktree.cpu import has_bf16_units, openvino_core
 
     core, _why_not = openvino_core()
     return core is not None and has_bf16_units(core)
