@@ -6,17 +6,19 @@ are nearest to it (an inverted-file search done as one matrix product per cluste
 rows), so its cost is O(n * probes * n / n_clusters * d). Both exclude a row from its own list.
 """
 
+import functools
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numba
 import numpy as np
-from numba import njit, prange
+from numba import njit, prange, types
+from numba.extending import overload
 from threadpoolctl import threadpool_limits
 
 from chunktree.kernels import bf16 as bf16_units
-from chunktree.kernels.rows import f32, gathered, take
+from chunktree.kernels.rows import f32, take
 
 DEFAULT_BLOCK = 1024
 # Rows searched together by ``search_rows``: one task of the Ray path. A block gathers (and reads
@@ -421,20 +423,21 @@ def refine_with_neighbours_of_neighbours(x: np.ndarray, ids: np.ndarray, sims: n
     are scored: two old entries of a graph row were compared in the pass before, against a k-th
     best that has only risen since, so comparing them again cannot change the lists.
 
-    ``x`` float32 or float16 (n, d) unit rows (a block's rows are read as float32,
-    ``kernels.rows``); ``ids`` int64 (n, k), ``sims`` float32 (n, k), sorted as
-    ``topk_clustered`` returns them (-1 / -inf padding). Returns new sorted lists (descending,
-    ties to the lower id) and the number of entries that changed.
+    ``x`` float32 or float16 (n, d) unit rows; ``ids`` int64 (n, k), ``sims`` float32 (n, k),
+    sorted as ``topk_clustered`` returns them (-1 / -inf padding). Returns new sorted lists
+    (descending, ties to the lower id) and the number of entries that changed.
 
     The graph rows are taken ``block`` at a time: first all their pairs are scored in parallel,
-    each graph row's few rows read once from memory, and the pairs that beat a list are kept;
-    then the lists are updated in parallel, each thread owning a range of rows and applying that
-    range's pairs in graph-row order. A pair below a list's k-th best when scored stays below it,
-    so the lists depend neither on ``block`` nor on the thread count. ``done`` (when given) is
-    called with the rows of each block when it is done. Scoring pairs from a graph
-    row's few rows in cache, rather than each row's neighbours' neighbours one by one (a random
-    row of ``x`` for each candidate), keeps the pass off memory bandwidth; bench/bench_topk.py
-    (sparse_neighbours, ``CHUNKTREE_BENCH_TOPK_TOPICS=5000``) times it.
+    each graph row's few rows read from ``x`` (float16 rows once into a thread's scratch, as
+    float32 through a table of every float16 value's float32 one: no gathered copy of the
+    block's rows is made), and the pairs that beat a list are kept; then the lists are updated in parallel, each
+    thread owning a range of rows and applying that range's pairs in graph-row order. A pair
+    below a list's k-th best when scored stays below it, so the lists depend neither on
+    ``block`` nor on the thread count. ``done`` (when given) is called with the rows of each
+    block when it is done. Scoring pairs from a graph row's few rows in cache, rather than each
+    row's neighbours' neighbours one by one (a random row of ``x`` for each candidate), keeps the
+    pass off memory bandwidth; bench/bench_topk.py (sparse_neighbours,
+    ``CHUNKTREE_BENCH_TOPK_TOPICS=5000``) times it.
     """
     n, _k = ids.shape
     m = graph.shape[1]
@@ -445,38 +448,83 @@ def refine_with_neighbours_of_neighbours(x: np.ndarray, ids: np.ndarray, sims: n
     pair_sim = np.empty(pair_cand.shape, dtype=np.float32)
     counts = np.empty(min(block, n), dtype=np.int64)
     changed = np.zeros(parts, dtype=np.int64)
+    scratch = np.empty((parts, m, x.shape[1]), dtype=np.float32)
+    rows, table = (x, _NO_TABLE) if x.dtype == np.float32 else (x.view(np.uint16), _half_table())
     for start in range(0, n, block):
         stop = min(start + block, n)
-        xs, local = (x, graph[start:stop]) if x.dtype == np.float32 else gathered(x, graph[start:stop])[:2]
-        _score_pairs(xs, local, graph, fresh, out_sims, start, stop, pair_row, pair_cand, pair_sim, counts)
+        _score_pairs(rows, table, graph, fresh, out_sims, start, stop, pair_row, pair_cand, pair_sim, counts, scratch)
         _apply_pairs(out_ids, out_sims, pair_row, pair_cand, pair_sim, counts[:stop - start], changed)
         if done is not None:
             done(stop - start)
     return out_ids, out_sims, int(changed.sum())
 
 
+_NO_TABLE = np.empty(0, dtype=np.float32)
+
+
+@functools.cache
+def _half_table() -> np.ndarray:
+    """float32 (65536,): the value of every float16 bit pattern (numpy's conversion, exact)."""
+    return np.arange(2**16, dtype=np.uint16).view(np.float16).astype(np.float32)
+
+
+def _read_row(x, table, i, out):  # pragma: no cover - Numba's overload below is what runs
+    """Float16 row ``i`` of ``x``, given as its uint16 bits, into ``out`` as float32 through
+    ``table`` (``_half_table``); float32 rows are read where they are (``_row``)."""
+    raise NotImplementedError
+
+
+@overload(_read_row, jit_options={"cache": True})
+def _read_row_numba(x, table, i, out):  # pragma: no cover - compiled
+    if isinstance(x.dtype, types.Float):
+        return lambda x, table, i, out: None
+
+    def read(x, table, i, out):
+        for t in range(out.size):
+            out[t] = table[x[i, t]]
+    return read
+
+
+def _row(x, scratch, p, i):  # pragma: no cover - Numba's overload below is what runs
+    """The float32 values of row ``i`` of ``x``, read into ``scratch[p]`` by ``_read_row``: a
+    view of ``x`` for float32 rows, of ``scratch`` for float16 ones."""
+    raise NotImplementedError
+
+
+@overload(_row, jit_options={"cache": True})
+def _row_numba(x, scratch, p, i):  # pragma: no cover - compiled
+    if isinstance(x.dtype, types.Float):
+        return lambda x, scratch, p, i: x[i]
+    return lambda x, scratch, p, i: scratch[p]
+
+
 # Reassociation lets the dot products run as vector code; no "ninf": the lists' padding is -inf.
 @njit(parallel=True, fastmath={"reassoc", "contract", "nsz", "arcp"}, cache=True)
-def _score_pairs(x, local, graph, fresh, sims, start, stop, pair_row, pair_cand, pair_sim, counts):  # pragma: no cover
+def _score_pairs(x, table, graph, fresh, sims, start, stop, pair_row, pair_cand, pair_sim, counts, scratch):  # pragma: no cover
     """For graph rows start..stop, every pair (a, b) of a graph row with a fresh entry, kept for
     a as (a, b, similarity) where it reaches a's k-th best, and for b as (b, a, similarity).
-    ``local[g, p]`` is the row of ``x`` that holds ``graph[start + g, p]``'s vector."""
-    m, k, d = graph.shape[1], sims.shape[1], x.shape[1]
+    A graph row's float16 rows are read into the thread's ``scratch`` first (``_read_row``)."""
+    m, k, d = graph.shape[1], sims.shape[1], scratch.shape[2]
     for g in prange(stop - start):
         j = start + g
+        rows = scratch[numba.get_thread_id()]
+        for p in range(m):
+            if graph[j, p] >= 0:
+                _read_row(x, table, graph[j, p], rows[p])
         e = 0
         for p in range(m):
             a = graph[j, p]
             if a < 0:
                 continue
+            xa = _row(x, rows, p, a)
             for q in range(p + 1, m):
                 b = graph[j, q]
                 if b < 0 or b == a or not (fresh[j, p] or fresh[j, q]):
                     continue
+                xb = _row(x, rows, q, b)
                 v = np.float32(0.0)
-                la, lb = local[g, p], local[g, q]
                 for t in range(d):
-                    v += x[la, t] * x[lb, t]
+                    v += xa[t] * xb[t]
                 if v >= sims[a, k - 1]:
                     pair_row[g, e], pair_cand[g, e], pair_sim[g, e] = a, b, v
                     e += 1

@@ -39,7 +39,7 @@ def test_float16_gives_the_order_of_its_float32_values(as_given, n, topics, meth
     np.testing.assert_array_equal(half.parent, single.parent)
     assert half.tree_weight == single.tree_weight
     if topics == 600:
-        assert half.params["refine_passes"] >= 1  # the refinement's gathered rows were exercised
+        assert half.params["refine_passes"] >= 1  # the refinement read float16 rows through its table
     if topics == 20 and method == "sparse":
         assert half.params["forest_components"] > 1  # so was the join
 
