@@ -303,8 +303,9 @@ def order(
         for ``"guided"``: the weight of the edge similarity against the query similarity
         (1: edge weight only, 0: query similarity only; without a query, edge weight only).
     progress
-        show progress while embedding and while searching neighbours (with the time left), and
-        the time the search will take, projected from its first block of rows.
+        show progress on stderr: while embedding, for K-means, the neighbour search (with the
+        time it will take, projected from its first block of rows) and each refinement pass (rows
+        done and the time left), and a line for each later stage that takes two seconds or more.
     ray
         run the embedding and the sparse method's top-K search on a Ray cluster
         (``chunktree[ray]``): ``"local"`` starts one on this machine, otherwise the address of a
