@@ -474,7 +474,7 @@ def _read_row(x, table, i, out):  # pragma: no cover - Numba's overload below is
     raise NotImplementedError
 
 
-@overload(_read_row, jit_options={"cache": True})
+@overload(_read_row)
 def _read_row_numba(x, table, i, out):  # pragma: no cover - compiled
     if isinstance(x.dtype, types.Float):
         return lambda x, table, i, out: None
@@ -491,7 +491,7 @@ def _row(x, scratch, p, i):  # pragma: no cover - Numba's overload below is what
     raise NotImplementedError
 
 
-@overload(_row, jit_options={"cache": True})
+@overload(_row)
 def _row_numba(x, scratch, p, i):  # pragma: no cover - compiled
     if isinstance(x.dtype, types.Float):
         return lambda x, scratch, p, i: x[i]

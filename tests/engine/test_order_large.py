@@ -113,19 +113,19 @@ def test_order_reports_the_peak_memory_of_every_stage():
 def test_progress_shows_every_stage_and_the_time_left(monkeypatch, capfd):
     import chunktree.kernels.topk as topk
 
-    monkeypatch.setattr(topk, "ROW_BLOCK", 5000)
+    monkeypatch.setattr(topk, "ROW_BLOCK", 2000)
     monkeypatch.setenv("CHUNKTREE_PROGRESS_SECONDS", "0")
-    result = order(synthetic_embeddings(30_000, topics=3000, seed=4), method="sparse", progress=True)
+    result = order(synthetic_embeddings(10_000, topics=1000, seed=4), method="sparse", progress=True)
     err = capfd.readouterr().err
-    assert "order: K-means, 346 centres: 1/10 iterations (10%)" in err and "about" in err.split("K-means")[1]
-    assert "order: neighbour search: " in err and "/30.0k rows" in err
-    assert "projected from the first 5,000 rows: the search" in err
+    assert "order: K-means, 200 centres: 1/10 iterations (10%)" in err and "about" in err.split("K-means")[1]
+    assert "order: neighbour search: " in err and "/10.0k rows" in err
+    assert "projected from the first 2,000 rows: the search" in err
     assert result.params["refine_passes"] >= 1  # fuzzy data: the lists are refined, a pass at a time
-    assert "order: refinement pass 1: 2.0k/30.0k rows (7%)" in err
+    assert "order: refinement pass 1: 2.0k/10.0k rows (20%)" in err
     with io.StringIO() as out:
-        result.write_json(out, lines=True, block=7_000, progress=True)  # the last block is short
+        result.write_json(out, lines=True, block=3_000, progress=True)  # the last block is short
     err = capfd.readouterr().err
-    assert "order: writing: 7.0k/30.0k rows (23%)" in err and "order: writing: 30.0k/30.0k rows (100%)" in err
+    assert "order: writing: 3.0k/10.0k rows (30%)" in err and "order: writing: 10.0k/10.0k rows (100%)" in err
 
 
 def test_probe_lists_are_the_nearest_centres_nearest_first_ties_to_the_lower():
