@@ -430,10 +430,10 @@ def refine_with_neighbours_of_neighbours(x: np.ndarray, ids: np.ndarray, sims: n
     The graph rows are taken ``block`` at a time: first all their pairs are scored in parallel,
     each graph row's few rows read from ``x`` (float16 rows once into a thread's scratch, as
     float32 through a table of every float16 value's float32 one: no gathered copy of the
-    block's rows is made), and the pairs that beat a list are kept; then the lists are updated in parallel, each
-    thread owning a range of rows and applying that range's pairs in graph-row order. A pair
-    below a list's k-th best when scored stays below it, so the lists depend neither on
-    ``block`` nor on the thread count. ``done`` (when given) is called with the rows of each
+    block's rows is made), and the pairs that beat a list are kept; then the lists are updated
+    in parallel, each thread owning a range of rows and applying that range's pairs in
+    graph-row order. A pair below a list's k-th best when scored stays below it, so the lists
+    depend neither on ``block`` nor on the thread count. ``done`` (when given) is called with the rows of each
     block when it is done. Scoring pairs from a graph row's few rows in cache, rather than each
     row's neighbours' neighbours one by one (a random row of ``x`` for each candidate), keeps the
     pass off memory bandwidth; bench/bench_topk.py (sparse_neighbours,
