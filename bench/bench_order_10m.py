@@ -60,12 +60,13 @@ RAY = os.environ.get("CHUNKTREE_BENCH_LARGE_RAY", "1") != "0"
 SINGLE = os.environ.get("CHUNKTREE_BENCH_LARGE_SINGLE", "1") != "0"
 SHAPE = os.environ.get("CHUNKTREE_BENCH_LARGE_SHAPE", "text")
 TOPICS = int(os.environ.get("CHUNKTREE_BENCH_LARGE_TOPICS", "100"))
-CASE = f"n={N}" if (SHAPE, TOPICS) == ("text", 100) else f"n={N}, {SHAPE}, {TOPICS} topics"
+DEFAULT_GRAIN = (SHAPE, TOPICS) == ("text", 100)  # the suite's first grain: its results and files keep their names
+CASE = f"n={N}" if DEFAULT_GRAIN else f"n={N}, {SHAPE}, {TOPICS} topics"
 
 
 def vectors_file(n: int, seed: int = 0) -> Path:
     """The float16 vectors of size n: made once, then reused (a partial file is never taken)."""
-    grain = "" if (SHAPE, TOPICS) == ("text", 100) else f"-{SHAPE}{TOPICS}"
+    grain = "" if DEFAULT_GRAIN else f"-{SHAPE}{TOPICS}"
     path = FOLDER / f"chunktree-bench-{n}{grain}-f16-seed{seed}.npy"
     if path.exists():
         return path

@@ -54,6 +54,12 @@ PROJECTION_REACH = 10  # projections go no further than this multiple of the lar
 LOW_RECALL = 0.9  # below it the report says why, from the gap between the exact neighbours
 
 
+def _directions(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
+    """Random unit vectors along the last axis of ``shape``, float32."""
+    v = rng.standard_normal(shape, dtype=np.float32)
+    return v / np.linalg.norm(v, axis=-1, keepdims=True)
+
+
 def synthetic_embeddings(n: int, d: int = 384, topics: int = 100, subtopics: int = 20, *,
                          shared: float = 1.0, topic: float = 0.8, sub: float = 0.6, noise: float = 1.0,
                          seed: int = 0, block: int = 65536, out: np.ndarray | None = None) -> np.ndarray:
@@ -70,8 +76,7 @@ def synthetic_embeddings(n: int, d: int = 384, topics: int = 100, subtopics: int
     rng = np.random.default_rng(seed)
 
     def directions(*shape: int) -> np.ndarray:
-        v = rng.standard_normal((*shape, d), dtype=np.float32)
-        return v / np.linalg.norm(v, axis=-1, keepdims=True)
+        return _directions(rng, (*shape, d))
 
     common, centres, offsets = directions(), directions(topics), directions(topics, subtopics)
     x = np.empty((n, d), dtype=np.float32) if out is None else out
@@ -98,8 +103,7 @@ def topic_embeddings(n: int, topics: int, d: int = 384, *, noise: float = 0.9, s
     rng = np.random.default_rng(seed)
 
     def directions(m: int) -> np.ndarray:
-        v = rng.standard_normal((m, d), dtype=np.float32)
-        return v / np.linalg.norm(v, axis=1, keepdims=True)
+        return _directions(rng, (m, d))
 
     blocks = -(-n // block)
     shared = directions(topics) if topics < blocks else None
