@@ -21,17 +21,18 @@ from conftest import summary
 
 from chunktree.engine.order import DEFAULT_K, DEFAULT_PROBES, JOIN_PER_ROW, sparse_neighbours
 from chunktree.engine.scale import synthetic_embeddings
-from chunktree.kernels import forest
+from chunktree.kernels import forest, join
 
 N = int(os.environ.get("CHUNKTREE_BENCH_JOIN_N", 300_000))
 FUZZY = [(20_000, 1_000), (30_000, 1_000), (50_000, 2_500), (N // 3, N // 60)]  # (n, topics)
+EXHAUSTIVE = join.JoinSettings(exact_pairs=1 << 62)  # every pair searched over all its member pairs
 BEST_MAX_N = 50_000  # the best joining tree searches all n^2 / 2 pairs
 
 
 @pytest.fixture(autouse=True)
 def _kernels():
     """The join's kernels loaded before any join is timed."""
-    forest.load_kernels()
+    join.load_kernels()
 
 
 def _forest(x):
@@ -56,15 +57,14 @@ def _tree_weight(edges, joined, n):
     return float(w[taken].sum(dtype=np.float64))
 
 
-def test_join(results, monkeypatch):
+def test_join(results):
     x = synthetic_embeddings(N, seed=0)
     labels, edges, t_knn, t_forest = _forest(x)
     t0 = time.perf_counter()
-    joined = forest.join_components(x, labels, per_row=JOIN_PER_ROW)
+    joined = join.join_components(x, labels, per_row=JOIN_PER_ROW)
     t_join = time.perf_counter() - t0
-    monkeypatch.setattr(forest, "EXACT_PAIRS", 1 << 62)
     t0 = time.perf_counter()
-    exhaustive = forest.join_components(x, labels, per_row=JOIN_PER_ROW)
+    exhaustive = join.join_components(x, labels, per_row=JOIN_PER_ROW, settings=EXHAUSTIVE)
     t_exhaustive = time.perf_counter() - t0
     c = int(np.unique(labels).size)
     results["join"] = {"n": N, "components": c, "knn": t_knn, "forest": t_forest,
@@ -92,15 +92,14 @@ def _best_joining_weight(x, labels):
 
 
 @pytest.mark.parametrize("n, topics", FUZZY)
-def test_join_fuzzy(results, monkeypatch, n, topics):
+def test_join_fuzzy(results, n, topics):
     x = synthetic_embeddings(n, topics=topics, seed=n)
     labels, edges, t_knn, t_forest = _forest(x)
     c = int(np.unique(labels).size)
     timed = {}
-    for name, exact_pairs in (("join", forest.EXACT_PAIRS), ("exhaustive", 1 << 62)):
-        monkeypatch.setattr(forest, "EXACT_PAIRS", exact_pairs)
+    for name, settings in (("join", join.DEFAULT_SETTINGS), ("exhaustive", EXHAUSTIVE)):
         t0 = time.perf_counter()
-        joined = forest.join_components(x, labels, per_row=JOIN_PER_ROW)
+        joined = join.join_components(x, labels, per_row=JOIN_PER_ROW, settings=settings)
         timed[name] = (time.perf_counter() - t0, _tree_weight(edges, joined, n), float(joined[2][:c - 1].sum()))
     _, counts = np.unique(labels, return_counts=True)
     results[f"join_fuzzy_{n}_{topics}"] = {

@@ -8,9 +8,9 @@ tie), so chunks are full and end at a heading, paragraph or sentence where one i
 chunk starts up to ``overlap_tokens`` tokens earlier, at the best boundary in that stretch.
 
 The cost is linear in the text: one tokenizer pass, numpy over the token offsets, and one short
-scan per chunk. (semantic-text-splitter, used before, re-tokenises candidate chunks and scans the
-rest of a segment for every chunk: it chunked Moby-Dick at 0.20 MB/s and one 1 MB line in 13.5 s,
-growing with the square of the line; ``bench/bench_chunking.py`` measures both shapes.)
+scan per chunk. (semantic-text-splitter re-tokenises candidate chunks and scans the rest of a
+segment for every chunk, which grows with the square of a long line; ``bench/bench_chunking.py``
+measures both.)
 
 ``chunk_tokens`` counts what the embedder sees — the special tokens ([CLS], [SEP]) included — so a
 chunk of the default 256 tokens fills exactly one window of all-MiniLM-L6-v2.
@@ -232,7 +232,7 @@ def _tokens(doc: Document, tokenizer: Any, bar: Any) -> tuple[np.ndarray, np.nda
 
 
 def _offsets(encoding: Any, dtype: type) -> np.ndarray:
-    """(start, end) of each token, shape (n, 2): from an iterator, 3x faster than ``np.asarray`` of the tuples."""
+    """(start, end) of each token, shape (n, 2): from an iterator, faster than ``np.asarray`` of the tuples."""
     pairs = encoding.offsets
     return np.fromiter(itertools.chain.from_iterable(pairs), dtype, count=2 * len(pairs)).reshape(-1, 2)
 

@@ -19,7 +19,7 @@ import threading
 from chunktree.checks import InvalidValueError
 
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
-# The process before the data: Python, numpy, Numba's kernels, OpenVINO (about 330 MB here).
+# The process before the data: Python, numpy, Numba's kernels, OpenVINO, with room to spare.
 PROCESS_BYTES = 512 * 2**20
 
 

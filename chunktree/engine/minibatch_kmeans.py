@@ -33,10 +33,8 @@ ROWS_PER_CENTRE = 8
 # below that): seeding is K sequential passes over the sample. Chosen on the same case: time
 # against faiss.Kmeans at an inertia within 1% of its.
 SEEDING_ROWS = 20_000
-# Up to this many rows "auto" runs Lloyd passes, seeded on 30 rows per centre. Chosen on
-# bench/bench_select.py's cases (K = 10 and 100): at n = 20,000 and 50,000 and K = 100, Lloyd from
-# that seeding took 0.5-0.7x the mini-batch path's time, its mean inertia over seeds within 0.2% of
-# the mini-batch path's (lower at 20,000, higher at 50,000); at n = 100,000 and K = 10 it took 1.5x.
+# Up to this many rows "auto" runs Lloyd passes, seeded on 30 rows per centre: below it they beat
+# the mini-batch path's time at the same inertia, above it they lose (bench/bench_select.py).
 LLOYD_ROWS = 50_000
 SEEDING_PER_CENTRE = {"lloyd": 30, "minibatch": 100}
 ALGORITHMS = ("auto", "lloyd", "minibatch")

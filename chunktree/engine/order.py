@@ -45,7 +45,8 @@ from chunktree.engine.inputs import prepare
 from chunktree.engine.memory import StageMeter, check_budget, planned_peak_bytes
 from chunktree.engine.results import chunk_fields, dumps, json_float
 from chunktree.kernels import bf16 as bf16_units
-from chunktree.kernels.forest import join_components, max_spanning_forest, orient_tree
+from chunktree.kernels.forest import max_spanning_forest, orient_tree
+from chunktree.kernels.join import join_components
 from chunktree.kernels.kmeans import spherical_kmeans
 from chunktree.kernels.prim import prim_max_spanning_tree
 from chunktree.kernels.rows import dot_rows, f32, row_sum
@@ -85,7 +86,7 @@ RUNS_TAIL = 0.4
 RUNS_STRENGTH = 0.5
 METHODS = ("auto", "exact", "sparse")
 # "auto" takes the exact path up to this many chunks. The exact path holds one n x n float32
-# matrix (1.6 GB at n = 20,000); see bench/bench_order.py for the time and memory behind it.
+# matrix (4 n^2 bytes); bench/bench_order.py measures the time and memory behind the bound.
 EXACT_MAX_N = 20_000
 DEFAULT_K = 16
 DEFAULT_PROBES = 16
@@ -104,21 +105,13 @@ REVERSE_NEIGHBOURS = 8
 # last Kruskal pass. Chosen on the same case.
 JOIN_PER_ROW = 4
 # From EXACT_MAX_N rows up, a probed cluster whose centre is more than PROBE_GAP below the nearest
-# centre in cosine is not searched. Recall@16 of the search's lists on 1,000 sampled rows (synthetic
-# data, float16), no gap / 0.15 / 0.1, and the probes kept of 16: clear topics, n = 500,000, 100
-# topics: 0.9999 / 0.9999 / 0.9990, 16 / 12.7 / 7.8 probes, the search 23.8 / 20.5 / 15.7 s;
-# n = 200,000, 1,000 topics: 0.9995 for all three, 16 / 6.9 / 5.1 probes; n = 30,000, 100 topics:
-# 1.0000 / 0.9998 / 0.9983; fine topics, where centres are close (n = 200,000, 10,000 topics):
-# 0.4005 / 0.4005 / 0.4001 (15.5 probes kept; refinement passes lift it). Below EXACT_MAX_N the
-# centres, each from few rows, are too rough to judge by: n = 800, 100 topics, 0.94 with no gap and
-# 0.82 with 0.15.
+# centre in cosine is not searched: on clear topics it halves the probes for a recall@16 loss of
+# about 0.001, on fine topics it keeps nearly all of them (bench/bench_order.py, bench_topk.py).
+# Below EXACT_MAX_N the centres, each from few rows, are too rough to judge by.
 PROBE_GAP = 0.1
 # The search multiplies on the bf16 units where its clusters average at least this many rows: its
 # products are then large enough to outweigh the conversions and the float32 recomputations
-# (Intel Xeon with AMX: bench/bench_products.py at n = 1,000,000, 500 rows a cluster, the search
-# ran at 0.90x float32's speed; bench/bench_order_10m.py at n = 10,000,000, 1,581 rows a cluster,
-# PROBE_GAP 0.15, the top-K stage took 1,035 s with bf16 products, 1,367 s with float32 ones, at
-# commits ff12dfa and 9a17339). K-means' products gain at any size (2.41x at 1M).
+# (bench/bench_products.py, bench/bench_order_10m.py). K-means' products gain at any size.
 BF16_SEARCH_MIN_ROWS = 1000
 # From this many embeddings, ``order(progress=True)`` says the planned peak memory before it starts.
 PLAN_SAID_N = 1_000_000
@@ -277,8 +270,8 @@ def order(
     """Order chunks for a sequential reader (CL-ORDER).
 
     Embeddings given as float16 stay float16 (a memory-mapped ``.npy`` stays on disk, in the page
-    cache) and are read as float32 a block at a time (``kernels.rows``): 10 million x 384 take
-    7.7 GB, not 15.4.
+    cache) and are read as float32 a block at a time (``kernels.rows``): half the memory of
+    float32 vectors.
 
     Parameters
     ----------
@@ -454,9 +447,9 @@ def sparse_neighbours(x: np.ndarray, k: int, n_clusters: int, probes: int, seed:
     ``recall_estimate`` and ``refine_passes`` into ``info`` when given; ``meter`` marks the
     stages' memory. With ``progress``, the search shows rows done and the time left.
 
-    The centres are chunktree's own Lloyd iterations, not faiss.Kmeans: at n = 100,000 (100
-    topics, 632 centres, 10 iterations each) they trained in 2.00 s against 7.64 s, with the same
-    recall@16 of the search after them, 1.000 (``bench/bench_topk.py``).
+    The centres are chunktree's own Lloyd iterations (``kernels.kmeans.spherical_kmeans``), which
+    assign rows as the search's probe lists do, on the bf16 units where the CPU has them;
+    ``bench/bench_topk.py`` compares them with faiss.Kmeans.
     """
     t0 = time.perf_counter()
     bf16 = bf16_units.available()

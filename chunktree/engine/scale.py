@@ -48,7 +48,7 @@ RECALL_ROWS = 1000
 # would double the size's time.
 RECALL_REMADE_MAX_N = 2_000_000
 DTYPES = ("float32", "float16")
-EXACT_WEIGHT_MAX_N = 20_000  # the exact tree holds an n x n float32 matrix: 1.6 GB here
+EXACT_WEIGHT_MAX_N = 20_000  # the exact tree holds an n x n float32 matrix
 FIT_SIZES = 3  # growth is fitted to the largest this many sizes, and never to fewer
 PROJECTION_REACH = 10  # projections go no further than this multiple of the largest n measured
 LOW_RECALL = 0.9  # below it the report says why, from the gap between the exact neighbours
@@ -194,7 +194,7 @@ def _measure(n: int, embeddings: str | None, shape: str, topics: int, seed: int,
 def _measured(n: int, embeddings: str | None, shape: str, topics: int, seed: int, dtype: str) -> dict[str, Any]:
     from chunktree.checks import unit_rows
     from chunktree.engine.order import RECALL_SAMPLE, order
-    from chunktree.kernels.forest import load_kernels
+    from chunktree.kernels.join import load_kernels
 
     # Load the compiled kernels first: an ordering's, and the join's (some of which no ordering of
     # 500 rows reaches).

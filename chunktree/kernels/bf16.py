@@ -1,9 +1,9 @@
 """Matrix products on the CPU's bf16 units (AMX tiles, AVX-512 BF16), through OpenVINO.
 
 The top-K search, its probe lists and its K-means are matrix products of unit rows. Rounded to
-bf16 (8 significant bits) and summed in float32, a product runs on the CPU's bf16 units: a
-1,024 x 384 by 1,581 x 384 product took 2.3 ms against numpy's float32 8.2 ms on one thread of
-an Intel Xeon with AMX (bench/bench_products.py compares the stages that use them). A bf16
+bf16 (8 significant bits) and summed in float32, a product runs on the CPU's bf16 units, several
+times faster than BLAS's float32 product where the CPU has AMX (bench/bench_products.py compares
+the stages that use them). A bf16
 product is off from the float32 one by at most ``margin(d)``, so the kernels that use these
 products keep float32 values: a product that comes within ``margin`` of what decides (a list's
 k-th best) is computed again in float32 from the two rows (``dot``), and that value is kept.
@@ -11,10 +11,9 @@ Their lists are the ones float32 products give, up to float32 rounding: where tw
 similarities differ by about 1e-7, either may come first.
 
 Each Python thread compiles its own one-thread model, unpinned: two threads sharing one
-single-stream model took turns (0.57 s for 200 products of 1024 x 384 by 1581 x 384 rows on two
-threads, against 0.30 s with a model each). OpenVINO prepares each new shape of a product
-(1.25 ms, more than a 747 x 384 by 768 x 384 product takes), so ``to_bf16`` pads the rows to a
-multiple of ``ROW_STEP``: a search sees a few hundred shapes, not tens of thousands.
+single-stream model take turns. OpenVINO prepares each new shape of a product (longer than a
+mid-sized product takes), so ``to_bf16`` pads the rows to a multiple of ``ROW_STEP``: a search
+sees a few hundred shapes, not tens of thousands.
 """
 
 import threading

@@ -5,8 +5,7 @@ with x.c one matrix product per block of rows. ``spherical_kmeans`` (the centres
 search, by cosine) finds each row's nearest centre as the search's probe lists do
 (``topk.probe_lists``, on the CPU's bf16 units when asked). Numba does the per-row loop BLAS
 cannot: the per-centre sums of an assignment. It runs serially: a Numba parallel region per
-mini-batch step cost 6 ms a step here (against BLAS's own threads), more than the whole step's
-work.
+mini-batch step, against BLAS's own threads, costs more than the whole step's work.
 """
 
 from collections.abc import Callable

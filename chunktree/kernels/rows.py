@@ -18,6 +18,14 @@ def f32(a: np.ndarray) -> np.ndarray:
     return np.asarray(a, dtype=np.float32)
 
 
+def readonly(a: np.ndarray) -> np.ndarray:
+    """A read-only view of ``a``: Numba compiles a kernel once for read-only arrays, not again for
+    each caller whose rows happen to be writable."""
+    view = a.view()
+    view.flags.writeable = False
+    return view
+
+
 def take(x: np.ndarray, rows: np.ndarray) -> np.ndarray:
     """float32 C-contiguous copy of the rows ``rows`` of ``x``."""
     return np.ascontiguousarray(x[rows], dtype=np.float32)

@@ -18,20 +18,18 @@ from numba.extending import overload
 from threadpoolctl import threadpool_limits
 
 from chunktree.kernels import bf16 as bf16_units
-from chunktree.kernels.rows import f32, take
+from chunktree.kernels.rows import f32, readonly, take
 
 DEFAULT_BLOCK = 1024
 # Rows searched together by ``search_rows``: one task of the Ray path. A block gathers (and reads
 # as float32) the members of nearly every cluster its rows probe, so blocks are few: at most
-# ROW_BLOCKS of them, of at least ROW_BLOCK rows (``row_block_size``). With blocks of 131,072 rows
-# at n = 10 million, gathering took 27% of the search's samples (py-spy), most of it the clusters'
-# members, gathered again for each of 77 blocks. The partition depends on n alone, so the
+# ROW_BLOCKS of them, of at least ROW_BLOCK rows (``row_block_size``); every block gathers the
+# clusters' members again (bench/bench_order_10m.py). The partition depends on n alone, so the
 # single-process and Ray paths do the same products and give the same lists.
 ROW_BLOCK = 131_072
 ROW_BLOCKS = 8
 # Rows whose probe lists are found together (``probe_lists``), with float32 and with bf16 products.
-# Smaller blocks keep a bf16 product's output in cache: the probe lists of 125,000 rows against
-# 6,325 centres took 2.77 s in blocks of 8,192 rows and 1.94 s in blocks of 1,024 (Intel Xeon, AMX).
+# Smaller blocks keep a bf16 product's output in cache (bench/bench_products.py).
 PROBE_BLOCK = 8192
 PROBE_BLOCK_BF16 = 1024
 # Graph rows whose pairs are scored together by a refinement pass (22 MB of pairs at 24 entries a row).
@@ -141,7 +139,7 @@ class Blocks:
 
 def probe_dtype(n_clusters: int) -> np.dtype:
     """The probe lists' integer type: uint16 while the clusters' ids and the mark of a left-out
-    probe (``n_clusters``) fit, a quarter of int64's memory (320 MB at n = 10 million, 16 probes)."""
+    probe (``n_clusters``) fit, a quarter of int64's memory."""
     return np.dtype(np.uint16 if n_clusters < 2**16 else np.int32)
 
 
@@ -153,20 +151,20 @@ def probe_lists(x: np.ndarray, centers: np.ndarray, probes: int, gap: float | No
 
     Blocks of rows are shared out among ``threads`` Python threads (default Numba's, the cores),
     each multiplying on one BLAS thread and selecting with ``_nearest_first``, as in
-    ``search_rows``: a parallel selection between BLAS products ran at half speed against BLAS's
-    spinning threads (8,192 x 1,414 products: 26 ms against 12.5 ms). With ``bf16``, the
+    ``search_rows``: a parallel selection between BLAS products competes with BLAS's spinning
+    threads (bench/bench_products.py). With ``bf16``, the
     products run on the bf16 units and a centre within ``bf16.margin`` of a row's last probe is
     compared again in float32 (``kernels.bf16``)."""
     c = centers.shape[0]
     out = np.empty((x.shape[0], probes), dtype=probe_dtype(c))
     step = PROBE_BLOCK_BF16 if bf16 else PROBE_BLOCK
     floor = np.float32(np.inf if gap is None else gap)
-    centers = np.ascontiguousarray(centers, dtype=np.float32)
+    centers = readonly(np.ascontiguousarray(centers, dtype=np.float32))
     centers_bf16 = bf16_units.to_bf16(centers) if bf16 else None
     slack = np.float32(bf16_units.margin(x.shape[1]) if bf16 else 0.0)
 
     def block(start: int) -> None:
-        xa = f32(x[start:start + step])
+        xa = readonly(f32(x[start:start + step]))
         _nearest_first(_product(xa, centers, centers_bf16), floor, c, out[start:start + step], xa, centers, slack)
 
     threads = numba.get_num_threads() if threads is None else threads
@@ -187,9 +185,8 @@ def _product(xa: np.ndarray, xb: np.ndarray, xb_bf16: np.ndarray | None) -> np.n
 def _nearest_first(s, gap, left_out, out, xa, centers, slack):  # pragma: no cover - compiled
     """Each row's ``out.shape[1]`` largest columns of ``s`` (``xa @ centers.T``), largest first,
     ties to the lower column, those more than ``gap`` below the largest replaced by ``left_out``:
-    one pass of insertions a row, where numpy's argpartition and argsort took 1.17 s for the rows
-    of an 8,192 x 6,325 product (which itself took 0.39 s) and this 0.058 s on each of two
-    threads. With ``slack`` > 0 (bf16 products, off by at most ``slack``), a column that comes
+    one pass of insertions a row, which costs a fraction of the product (numpy's argpartition and
+    argsort cost more than the product itself). With ``slack`` > 0 (bf16 products, off by at most ``slack``), a column that comes
     within ``slack`` of the last kept is computed again in float32 and that value is used."""
     p = out.shape[1]
     for i in range(s.shape[0]):
@@ -308,8 +305,7 @@ def _keep_best(s, xa, xc, slack, local, rows, cand, ids, sims):  # pragma: no co
     again in float32 and that value is kept.
 
     Serial on purpose: between two products OpenBLAS's threads spin, and a parallel kernel
-    fighting them ran 4x slower (1,000 x 224 blocks: 8.2 ms per product and merge against 1.9).
-    ``search_rows`` runs it in several threads instead, each on lists of its own.
+    would fight them. ``search_rows`` runs it in several threads instead, each on lists of its own.
     """
     k = ids.shape[1]
     for i in range(local.size):
@@ -449,7 +445,7 @@ def refine_with_neighbours_of_neighbours(x: np.ndarray, ids: np.ndarray, sims: n
     counts = np.empty(min(block, n), dtype=np.int64)
     changed = np.zeros(parts, dtype=np.int64)
     scratch = np.empty((parts, m, x.shape[1]), dtype=np.float32)
-    rows, table = (x, _NO_TABLE) if x.dtype == np.float32 else (x.view(np.uint16), _half_table())
+    rows, table = (readonly(x), _NO_TABLE) if x.dtype == np.float32 else (readonly(x.view(np.uint16)), _half_table())
     for start in range(0, n, block):
         stop = min(start + block, n)
         _score_pairs(rows, table, graph, fresh, out_sims, start, stop, pair_row, pair_cand, pair_sim, counts, scratch)
@@ -558,8 +554,8 @@ def _apply_pairs(ids, sims, pair_row, pair_cand, pair_sim, counts, changed):  # 
                         break
                 if there:
                     continue
-                # The insertion of _keep_best, written out again on purpose: as a shared Numba
-                # helper (inlined or not) the top-K search ran 2-3x slower (100k: 13.5 s vs 6.0 s).
+                # The insertion of _keep_best, written out again on purpose: Numba compiles a
+                # shared helper (inlined or not) into a slower search (bench/bench_topk.py).
                 pos = k - 1
                 while pos > 0 and (v > row_sims[pos - 1] or (v == row_sims[pos - 1] and c < row_ids[pos - 1])):
                     row_sims[pos] = row_sims[pos - 1]

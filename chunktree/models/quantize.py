@@ -4,8 +4,8 @@ onnxruntime's dynamic quantisation, with per-channel int8 weights, of every MatM
 matrix except the feed-forward down-projections (``output.dense``) of the first two layers, which
 stay fp32. The weights take 7 bits (``reduce_range``): onnxruntime's uint8 x int8 kernel on a CPU
 with AVX2 but no VNNI adds each two products in a saturating int16, which full-range weights
-overflow (there the min agreement with fp32 on real chunks was 0.986 with 8 bits, >= 0.99 with
-7; 7 bits keep every such sum in range on any CPU). The activation scales are computed at run
+overflow; 7 bits keep every such sum in range on any CPU (tests/models/test_quantize.py holds
+the agreement with fp32). The activation scales are computed at run
 time over the whole input tensor, so the ``Embedder`` runs each window of an int8 model alone
 (the model file says so under ``META_WINDOWS_ALONE``). A window's scales then come from that
 window only, and a text embeds bit for bit the same alone or inside any batch.

@@ -43,9 +43,8 @@ import numpy as np
 RELEVANCE_FEATURES = ("similarity", "similarity_z", "lexical_z", "neighbour_lift", "tree_fit", "on_path",
                       "path_position", "path_strong_match", "same_topic")
 # The features' shapes, set by hand and compared on the LoCoMo half (leave one conversation out) and
-# the stitched dialogues: a lexical share of 0.5 against 0.7 and 1, 2 neighbours against 1 and 3, a
-# path of 6 against 4 and 8; same_topic's third of the conversation lies between the share a
-# stitched story's tree holds (5-30%) and the share of LoCoMo's largest trees (30-70%).
+# the stitched dialogues; same_topic's third of the conversation lies between the share a stitched
+# story's tree holds and the share of LoCoMo's largest trees.
 LEXICAL_SHARE = 0.5  # a turn's match: its similarity z-score plus this share of its BM25 z-score
 NEIGHBOURS = 2  # neighbour_lift looks this many turns before and after
 PATH = 6  # on_path: this many ancestors of the current turn

@@ -22,14 +22,12 @@ from chunktree.track.evaluate import run_forest, score_dialogue
 from chunktree.track.forest import Forest
 from chunktree.track.learned import DEFAULT_THRESHOLD, LearnedDecider, n_features
 
-# Chosen by bench/train_track_decider.py's validation split (DialSeg711, TIAGE dev): 16 hidden
-# units and L2 300 against 64 units and L2 30 (each way), and against the logistic regression at
-# L2 3, 30 and 100.
+# Chosen by bench/train_track_decider.py's validation split (DialSeg711, TIAGE dev) among wider
+# networks, weaker L2 and the logistic regression.
 DEFAULT_HIDDEN = 16
 DEFAULT_L2 = 300.0
-# Below this many turn-tree pairs ``fit`` makes a logistic regression whatever ``hidden`` says:
-# fitted on 1,921 pairs of the same sources the network only matched it on validation, and on 20
-# pairs (four short chats) its units shrank to nothing and every turn continued one topic.
+# Below this many turn-tree pairs ``fit`` makes a logistic regression whatever ``hidden`` says: on
+# fewer the network does no better, and on a few short chats its units shrink to nothing.
 MIN_NETWORK_PAIRS = 2000
 # ``fit`` refuses data with fewer turn-tree pairs or topic changes than these: nothing to learn from.
 MIN_PAIRS = 20

@@ -3,7 +3,6 @@
 import numpy as np
 import pytest
 from conftest import unit_topics
-from sklearn.cluster import KMeans
 
 from chunktree import MiniBatchKMeans
 from chunktree.kernels.kmeans import assign
@@ -14,11 +13,18 @@ def inertia(x, centers):
                  .sum(dtype=np.float64))
 
 
+def sklearn_kmeans(*args, **kwargs):
+    """scikit-learn's KMeans, imported when a test runs rather than when every test worker collects the file."""
+    from sklearn.cluster import KMeans
+
+    return KMeans(*args, **kwargs)
+
+
 @pytest.mark.parametrize("k", [10, 50])
 def test_inertia_within_2_percent_of_sklearn_on_synthetic_topics(k):
     x, _ = unit_topics(3000, d=48, topics=40, spread=0.8, seed=k)
     ours = MiniBatchKMeans(k, random_state=0).fit(x)
-    reference = KMeans(k, n_init=10, random_state=0).fit(x)
+    reference = sklearn_kmeans(k, n_init=10, random_state=0).fit(x)
     assert ours.inertia_ == pytest.approx(inertia(x, ours.cluster_centers_), rel=1e-5)
     assert ours.inertia_ <= 1.02 * inertia(x, reference.cluster_centers_)
 
@@ -28,7 +34,7 @@ def test_inertia_within_2_percent_of_sklearn_on_synthetic_topics(k):
 def test_inertia_within_2_percent_of_sklearn(sample_embeddings, k):
     x = sample_embeddings
     ours = MiniBatchKMeans(k, random_state=0).fit(x)
-    reference = KMeans(k, n_init=10, random_state=0).fit(x)
+    reference = sklearn_kmeans(k, n_init=10, random_state=0).fit(x)
     assert ours.inertia_ == pytest.approx(inertia(x, ours.cluster_centers_), rel=1e-5)
     assert ours.inertia_ <= 1.02 * inertia(x, reference.cluster_centers_)
 
@@ -158,11 +164,9 @@ def test_predict_errors():
 def test_many_clusters_stay_close_to_full_kmeans():
     """Mini-batch steps at K = 400 at n = 20,000: with the default 1,024-row batches a step saw 2.5 rows per centre and
     the inertia ended 3.4% above scikit-learn's KMeans; the batch now holds 8 rows per centre."""
-    from sklearn.cluster import KMeans
-
     from chunktree.engine.scale import synthetic_embeddings
 
     x = synthetic_embeddings(20000, d=48, topics=100, seed=3)
-    reference = KMeans(400, n_init=1, random_state=0, max_iter=50).fit(x).inertia_
+    reference = sklearn_kmeans(400, n_init=1, random_state=0, max_iter=50).fit(x).inertia_
     ours = MiniBatchKMeans(400, algorithm="minibatch", random_state=0).fit(x).inertia_
     assert ours <= 1.02 * reference, ours / reference

@@ -39,8 +39,8 @@ from chunktree.apps.serve.http import Limits
 # Weight of the newest model call in the rate estimate.
 RATE_WEIGHT = 0.3
 # Admission plans for this share of the deadline; the rest is left for reading the request and
-# writing the reply, which the model's rate does not count, and for error in the rate. (At 1.0 the
-# burst of bench_serve.py -k abuse had its p99 at 10.08 s against a 10 s deadline.)
+# writing the reply, which the model's rate does not count, and for error in the rate (at 1.0 the
+# burst of bench_serve.py -k abuse ends past its deadline).
 ADMISSION_SHARE = 0.9
 
 
