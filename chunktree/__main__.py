@@ -1,5 +1,5 @@
 """``python -m chunktree``: the command line."""
 
-from chunktree.apps.cli import main
+from chunktree.apps.cli.main import main
 
 raise SystemExit(main())

@@ -20,7 +20,16 @@ import numpy as np
 
 
 class ChunktreeError(Exception):
-    """Base of every error chunktree raises for bad input or an unusable environment."""
+    """Base of every error chunktree raises for bad input or an unusable environment.
+
+    ``param`` is the name of the argument the message begins with, where it begins with one, so
+    that an application can name its own option for it (the CLI prints ``--chunk-tokens`` for
+    ``chunk_tokens``) without reading the message.
+    """
+
+    def __init__(self, message: str = "", *, param: str | None = None) -> None:
+        super().__init__(message)
+        self.param = param
 
 
 class InvalidValueError(ChunktreeError, ValueError):
@@ -57,14 +66,14 @@ def integer(value: Any, name: str, low: int | None = None, high: int | None = No
     ``high_name`` names what the upper bound is (``"n_chunks"`` gives ``[1, n_chunks=812]``).
     """
     if not is_int(value):
-        raise InvalidTypeError(f"{name} must be an int; got {value!r:.80} ({type(value).__name__})")
+        raise InvalidTypeError(f"{name} must be an int; got {value!r:.80} ({type(value).__name__})", param=name)
     if (low is not None and value < low) or (high is not None and value > high):
         if high is None:
             allowed = f">= {low}"
         else:
             top = f"{high_name}={high}" if high_name else str(high)
             allowed = f"in [{low if low is not None else '-inf'}, {top}]"
-        raise InvalidValueError(f"{name} must be {allowed}; got {value!r:.80}")
+        raise InvalidValueError(f"{name} must be {allowed}; got {value!r:.80}", param=name)
     return int(value)
 
 
@@ -82,7 +91,7 @@ def number(value: Any, name: str, low: float | None = None, high: float | None =
            low_open: bool = False) -> float:
     """``value`` as a finite float in ``[low, high]`` (``(low, high]`` with ``low_open``)."""
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, (int, float, np.integer, np.floating)):
-        raise InvalidTypeError(f"{name} must be a number; got {value!r:.80} ({type(value).__name__})")
+        raise InvalidTypeError(f"{name} must be a number; got {value!r:.80} ({type(value).__name__})", param=name)
     v = float(value)
     below = low is not None and (v <= low if low_open else v < low)
     if not np.isfinite(v) or below or (high is not None and v > high):
@@ -90,7 +99,7 @@ def number(value: Any, name: str, low: float | None = None, high: float | None =
             allowed = "finite" if low is None else f"{'>' if low_open else '>='} {low}"
         else:
             allowed = f"in {'(' if low_open else '['}{low if low is not None else '-inf'}, {high}]"
-        raise InvalidValueError(f"{name} must be a number {allowed}; got {value!r:.80}")
+        raise InvalidValueError(f"{name} must be a number {allowed}; got {value!r:.80}", param=name)
     return v
 
 
@@ -100,7 +109,7 @@ SEED_MAX = 2**63 - 1  # seeds are int64: they go into JSON results and numpy gen
 def one_of(value: Any, name: str, allowed: Collection[Any]) -> Any:
     """``value`` if it is one of ``allowed``."""
     if value not in allowed:
-        raise InvalidValueError(f"{name} must be one of {list(allowed)}; got {value!r:.80}")
+        raise InvalidValueError(f"{name} must be one of {list(allowed)}; got {value!r:.80}", param=name)
     return value
 
 
@@ -118,10 +127,10 @@ def text(value: Any, name: str, *, allow_empty: bool = False) -> str:
     """``value`` as a string; blank strings (nothing ``visible``) are refused unless
     ``allow_empty``, and so is a string that is not valid Unicode (``unicode``)."""
     if not isinstance(value, str):
-        raise InvalidTypeError(f"{name} must be a string; got {type(value).__name__}")
+        raise InvalidTypeError(f"{name} must be a string; got {type(value).__name__}", param=name)
     if not allow_empty and not visible(value):
         raise InvalidValueError(f"{name} must hold visible text, not only spaces, zero-width or control characters; "
-                                f"got {value!r:.80}")
+                                f"got {value!r:.80}", param=name)
     return unicode(value, name)
 
 
@@ -141,7 +150,7 @@ def unicode(value: str, name: str) -> str:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:
         raise InvalidValueError(f"{name} is not valid Unicode: a lone surrogate {value[exc.start]!r} at character "
-                                f"{exc.start} ({value[max(0, exc.start - 20):exc.start]!r} before it)") from None
+                                f"{exc.start} ({value[max(0, exc.start - 20):exc.start]!r} before it)", param=name) from None
     return value
 
 
@@ -156,9 +165,9 @@ def check_array(x: Any, name: str = "X") -> np.ndarray:
     """``x`` as a C-contiguous float32 (n, d) array of finite values."""
     arr = np.asarray(x)
     if arr.dtype.kind not in "fiu":
-        raise InvalidTypeError(f"{name} must be a numeric array; got dtype {arr.dtype}")
+        raise InvalidTypeError(f"{name} must be a numeric array; got dtype {arr.dtype}", param=name)
     if arr.ndim != 2:
-        raise InvalidValueError(f"{name} must be a 2-D array (n, d); got shape {arr.shape}")
+        raise InvalidValueError(f"{name} must be a 2-D array (n, d); got shape {arr.shape}", param=name)
     arr = np.ascontiguousarray(arr, dtype=np.float32)
     _finite(arr, name)
     return arr
@@ -169,7 +178,7 @@ def _finite(arr: np.ndarray, name: str, first_row: int = 0) -> None:
     if not np.isfinite(arr).all():
         bad = np.argwhere(~np.isfinite(arr))[0]
         raise InvalidValueError(f"{name} must be finite; found {arr[tuple(bad)]} at index "
-                                f"{(int(bad[0]) + first_row, *(int(b) for b in bad[1:]))}")
+                                f"{(int(bad[0]) + first_row, *(int(b) for b in bad[1:]))}", param=name)
 
 
 def unit_rows(x: Any, name: str, block: int = 65536, keep_float16: bool = False) -> np.ndarray:
@@ -187,9 +196,9 @@ def unit_rows(x: Any, name: str, block: int = 65536, keep_float16: bool = False)
     """
     arr = np.asarray(x)
     if arr.dtype.kind not in "fiu":
-        raise InvalidTypeError(f"{name} must be a numeric array; got dtype {arr.dtype}")
+        raise InvalidTypeError(f"{name} must be a numeric array; got dtype {arr.dtype}", param=name)
     if arr.ndim != 2:
-        raise InvalidValueError(f"{name} must be a 2-D array (n, d); got shape {arr.shape}")
+        raise InvalidValueError(f"{name} must be a 2-D array (n, d); got shape {arr.shape}", param=name)
     dtype = np.float16 if keep_float16 and arr.dtype == np.float16 else np.float32
     tolerance = UNIT_TOLERANCE_F16 if dtype == np.float16 else UNIT_TOLERANCE
     as_is = arr.dtype == dtype and arr.flags.c_contiguous
@@ -201,7 +210,7 @@ def unit_rows(x: Any, name: str, block: int = 65536, keep_float16: bool = False)
         if (norms == 0).any():
             zero = np.flatnonzero(norms.reshape(-1) == 0) + start
             raise InvalidValueError(f"{name} has zero-norm vectors at rows {zero[:10].tolist()}; "
-                                    "cosine is undefined there")
+                                    "cosine is undefined there", param=name)
         if out is None and np.abs(norms - 1.0).max() > tolerance:
             out = np.empty(arr.shape, dtype=dtype)  # not unit after all: normalise a copy
             for done in range(0, start, block):

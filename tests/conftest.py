@@ -39,18 +39,20 @@ def cli(capsys, monkeypatch, embedder):
     gives them. Where the flags ask for the default embedder, the command gets the session's
     (loading the model again takes about 0.4 s a command); other flags build their own, as the
     command does."""
-    from chunktree.apps import cli as cli_module
+    from chunktree.apps.cli import common
+    from chunktree.apps.cli import main as cli_module
     from chunktree.models.embedder import DEFAULT_BATCH_SIZE
+    from chunktree.models.registry import DEFAULT_MODEL
 
-    build = cli_module._embedder
+    build = common.make_embedder
 
     def shared(args):
         flags = (args.model, args.backend, args.precision, args.threads,
                  getattr(args, "batch_size", DEFAULT_BATCH_SIZE), getattr(args, "batch_tokens", None))
-        default = (cli_module.DEFAULT_MODEL.name, "auto", "auto", None, DEFAULT_BATCH_SIZE, None)
+        default = (DEFAULT_MODEL.name, "auto", "auto", None, DEFAULT_BATCH_SIZE, None)
         return embedder if flags == default else build(args)
 
-    monkeypatch.setattr(cli_module, "_embedder", shared)
+    monkeypatch.setattr(common, "make_embedder", shared)
 
     def call(*args, cwd=None):
         if cwd is not None:

@@ -51,3 +51,20 @@ def test_errors_name_the_row_in_the_whole_array():
     x[200, 3], x[130] = 0.0, 0.0
     with pytest.raises(ValueError, match=r"zero-norm vectors at rows \[130\]"):
         unit_rows(x, "embeddings", block=64)
+
+
+def test_errors_carry_the_parameter_their_message_begins_with():
+    """``ChunktreeError.param`` names the argument a check refused, as the message's first words do,
+    so that an application maps it to its own option without reading the message."""
+    from chunktree.checks import InvalidTypeError, InvalidValueError, integer, number, one_of, text
+
+    for check, bad in ((lambda: integer(0, "per_cluster", 1), InvalidValueError),
+                       (lambda: integer("2", "per_cluster", 1), InvalidTypeError),
+                       (lambda: number(float("nan"), "memory_weight", 0.0), InvalidValueError),
+                       (lambda: one_of("x", "strategy", ("bfs",)), InvalidValueError),
+                       (lambda: text("  ", "query"), InvalidValueError),
+                       (lambda: unit_rows(np.zeros((2, 3), np.float32), "embeddings"), InvalidValueError)):
+        with pytest.raises(bad) as caught:
+            check()
+        assert caught.value.param and str(caught.value).startswith(caught.value.param)
+    assert InvalidValueError("no parameter here").param is None

@@ -145,7 +145,8 @@ def chunk_documents(
     """
     special = tokenizer.post_processor.num_special_tokens_to_add(False) if tokenizer.post_processor else 0
     if integer(chunk_tokens, "chunk_tokens") <= special:
-        raise InvalidValueError(f"chunk_tokens must be > {special} (the special tokens); got {chunk_tokens!r}")
+        raise InvalidValueError(f"chunk_tokens must be > {special} (the special tokens); got {chunk_tokens!r}",
+                                param="chunk_tokens")
     capacity = chunk_tokens - special
     integer(overlap_tokens, "overlap_tokens", 0, capacity - 1)
     if tokenizer.truncation is not None:

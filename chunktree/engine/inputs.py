@@ -154,7 +154,7 @@ def prepare(
     if query is not None and not isinstance(query, str):
         query_vector = np.asarray(query)
         if query_vector.ndim != 1:
-            raise InvalidValueError(f"query must be a string or a vector (d,); got shape {query_vector.shape}")
+            raise InvalidValueError(f"query must be a string or a vector (d,); got shape {query_vector.shape}", param="query")
     elif isinstance(query, str):
         text(query, "query")
     if _is_vectors(items):
@@ -179,7 +179,7 @@ def prepare(
     if query_vector is not None:
         if query_vector.shape[0] != vectors.shape[1]:
             raise InvalidValueError(f"query must be a string or a vector of {vectors.shape[1]} dims; "
-                                    f"got shape {query_vector.shape}")
+                                    f"got shape {query_vector.shape}", param="query")
         q = unit_rows(query_vector[None, :], "query")[0]
     return Inputs(vectors, q, query_text, given, texts, stats,  # type: ignore[arg-type]  # given: not vectors
                   embedder if texts is not None else None)

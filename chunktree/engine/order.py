@@ -158,7 +158,8 @@ class OrderResult:
     embedding
         what embedding the chunks cost (None when embeddings were given).
     items
-        the chunks or strings that were ordered (None when embeddings were given).
+        the chunks or strings that were ordered, or that ``order(items=)`` named for the rows of
+        embeddings (else None).
     """
 
     order: np.ndarray
@@ -266,6 +267,7 @@ def order(
     progress: bool = False,
     ray: str | None = None,
     memory_budget_mb: float | None = None,
+    items: Sequence[Chunk] | Sequence[str] | None = None,
 ) -> OrderResult:
     """Order chunks for a sequential reader (CL-ORDER).
 
@@ -306,6 +308,10 @@ def order(
     memory_budget_mb
         refuse a run whose planned peak memory (``engine.memory.planned_peak_bytes``) passes this
         many MB: embeddings before any work, texts once embedded (before the tree).
+    items
+        with embeddings given as an array: the chunks (or strings) its rows stand for, one per row,
+        kept in the result for their text and provenance (``chunktree embed`` writes them beside
+        the vectors; ``engine.inputs.load_embeddings`` reads both).
     """
     one_of(strategy, "strategy", STRATEGIES)
     one_of(method, "method", METHODS)
@@ -329,6 +335,13 @@ def order(
     if memory_budget_mb is not None:
         number(memory_budget_mb, "memory_budget_mb", 0.0, low_open=True)
     shape = getattr(chunks_or_embeddings, "shape", None)
+    if items is not None:
+        if shape is None or len(shape) != 2:
+            raise InvalidValueError("items names the rows of embeddings given as an array (n, d); chunks or "
+                                    "strings given to order are kept as they are", param="items")
+        if len(items) != shape[0]:
+            raise InvalidValueError(f"items must hold one chunk or string per row of the embeddings ({shape[0]:,}); "
+                                    f"got {len(items):,}", param="items")
     planned = strategy in ("document", "dense")  # baselines build no tree: nothing to plan
     if not planned and shape is not None and len(shape) == 2:  # embeddings: planned before they are read
         _check_plan(chunks_or_embeddings, method, k, probes, memory_budget_mb, progress)  # type: ignore[arg-type]
@@ -349,7 +362,8 @@ def order(
             integer(root, "root (a chunk index)", 0, n - 1)
         qsim = None if q is None else dot_rows(x, q)
         params: dict[str, Any] = {"n": n, "dims": d, "duplicates": int((inputs.first_copies() != np.arange(n)).sum())}
-        done: dict[str, Any] = {"query": inputs.query_text, "embedding": inputs.embedding, "items": inputs.items}
+        done: dict[str, Any] = {"query": inputs.query_text, "embedding": inputs.embedding,
+                                "items": inputs.items if items is None else items}
 
         if strategy in ("document", "dense"):
             ids = np.arange(n, dtype=np.int64)

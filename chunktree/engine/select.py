@@ -154,6 +154,21 @@ class SelectResult:
                 "embedding": None if self.embedding is None else self.embedding.to_dict(), "clusters": clusters}
 
 
+HINT_ROWS = 5_000  # ``more_groups`` finds the bend on at most this many rows
+
+
+def more_groups(x: np.ndarray | None, k: int, seed: int = 0) -> int | None:
+    """The data's own K, where it is larger than the ``k`` asked for (else None): the bend of the
+    K-means inertia curve (``elbow_k``) on at most ``HINT_ROWS`` rows of ``x``. With more groups
+    than clusters, some clusters hold several subjects."""
+    if x is None or x.shape[0] <= k + 1:
+        return None
+    if x.shape[0] > HINT_ROWS:
+        x = x[np.random.default_rng(seed).choice(x.shape[0], HINT_ROWS, replace=False)]
+    suggested, _ = elbow_k(x, max(2, int(2 * np.sqrt(x.shape[0]))), seed)
+    return suggested if suggested > k else None
+
+
 def elbow_k(x: np.ndarray, k_max: int, seed: int = 0) -> tuple[int, dict[int, float]]:
     """K at the bend of the inertia curve over a geometric grid of K in [2, k_max]: the point
     farthest below the chord between the curve's ends (both axes scaled to [0, 1])."""
@@ -178,7 +193,7 @@ def _check_k(k: Any, budget_tokens: Any) -> None:
         positive_int(budget_tokens, "budget_tokens")
     elif isinstance(k, str):
         if k != "elbow":
-            raise InvalidValueError(f"k must be a positive int, 'elbow' or None; got {k!r}")
+            raise InvalidValueError(f"k must be a positive int, 'elbow' or None; got {k!r}", param="k")
     else:
         positive_int(k, "k")
 

@@ -45,7 +45,8 @@ def resolve_model(model: str | os.PathLike[str]) -> Path:
         return registry.built(source.read_folder(source.hub_folder(model), model))
     raise source.ModelNotFoundError(
         f"model must be one of {sorted(registry.MODELS)}, an .onnx file, a model folder (config.json, "
-        f"model.safetensors, tokenizer.json) or a Hugging Face hub id such as BAAI/bge-small-en-v1.5; got {str(model)!r}")
+        f"model.safetensors, tokenizer.json) or a Hugging Face hub id such as BAAI/bge-small-en-v1.5; got {str(model)!r}",
+        param="model")
 
 
 def token_batches(lengths: np.ndarray, batch_size: int, batch_tokens: int) -> list[np.ndarray]:

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from chunktree.checks import InvalidValueError, json_loads
-from chunktree.track.forest import read_dialogue
+from chunktree.track.dialogue import read_dialogue
 
 
 @dataclass(frozen=True)

@@ -14,18 +14,17 @@ from __future__ import annotations
 import base64
 import contextlib
 import dataclasses
-import functools
 import logging
 import os
 import re
 import sys
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from chunktree.checks import ChunktreeError, InvalidValueError, integer, json_loads, positive_int, text, unicode
+from chunktree.checks import InvalidValueError, integer, json_loads, positive_int, text
 from chunktree.engine.cache import EmbeddingCache
 from chunktree.engine.embedding import embed_texts
 from chunktree.engine.inputs import default_embedder
@@ -46,290 +45,30 @@ from chunktree.track.decide import (
     topic_words,
     turn_cues,
 )
-from chunktree.track.learned import LearnedDecider, default_decider, tree_features
+from chunktree.track.learned import LearnedDecider, decider_for, tree_features
 from chunktree.track.lexical import LexicalIndex, lexical_tokens
+from chunktree.track.storage import (
+    FORMAT,
+    JOURNAL_MIN,
+    VERSION,
+    ForestFileError,
+    Node,
+    check_document,
+    journal_path,
+    replay,
+)
 
 log = logging.getLogger(__name__)
 
-FORMAT, VERSION = "chunktree-forest", 1
 SUMMARY_TOKENS = 24
 _HEADER = "Earlier topics and branches of this conversation, most recent first:\n"
 SHORTLIST = 16  # a turn is weighed in full against this many best-fitting trees, and the current one
 _SENTENCE = re.compile(r"[^.!?。！？]+[.!?。！？]*")
 
 
-class ForestFileError(ChunktreeError, ValueError):
-    """A saved forest cannot be read."""
-
-
-SUMMARY_PROMPT = ("Summarise this conversation turn in one short line (at most 15 words), naming its topic. "
-                  "Reply with the line only.\n\nUser: {user}\nAssistant: {assistant}")
-
-
-class LLMSummariser:
-    """One-line turn summaries from an OpenAI-compatible chat model (``ChatClient``)."""
-
-    def __init__(self, llm: Any, *, max_tokens: int = 40) -> None:
-        self.llm, self.max_tokens = llm, max_tokens
-
-    def __call__(self, user: str, assistant: str | None) -> str:
-        prompt = SUMMARY_PROMPT.format(user=user, assistant=assistant or "(no reply yet)")
-        line = " ".join(self.llm.complete([{"role": "user", "content": prompt}], max_tokens=self.max_tokens).text.split())
-        if not line:
-            raise ValueError("an empty summary")
-        return line
-
-
-def load_decider(decider: Any) -> LearnedDecider | None:
-    """``Forest``'s ``decider`` argument as a ``LearnedDecider``, or None for the threshold rule."""
-    if decider is None:
-        return default_decider()
-    if isinstance(decider, LearnedDecider):
-        return decider
-    if decider == "thresholds":
-        return None
-    if isinstance(decider, (str, os.PathLike)):
-        return LearnedDecider.load(decider)
-    raise InvalidValueError(f"decider must be None (the shipped one), 'thresholds', a LearnedDecider or the path of a "
-                            f"decider file; got {decider!r}")
-
-
-def decider_for(decider: Any, embedder: Any) -> LearnedDecider | None:
-    """``decider`` (as ``load_decider`` takes it) for ``embedder``'s vectors. The shipped decider
-    was fitted on the default model's vectors, so for another model (``decider=None``) the
-    threshold rule places turns, with a warning; a decider the user names must fit the vectors'
-    dimension."""
-    learned = load_decider(decider)
-    if learned is not None and decider is None and learned.info.get("model") != embedder.model_id:
-        _warn_thresholds(embedder.name)
-        return None
-    if learned is not None:
-        learned.check(embedder.dim)
-    return learned
-
-
-@functools.cache
-def _warn_thresholds(model: str) -> None:
-    log.warning("the shipped topic decider was fitted on %s's vectors; with %s the threshold rule places turns "
-                "(fit one for this model with 'chunktree train-track' and its --model)",
-                default_decider().info.get("model", "the default model").split("@")[0], model)
-
-
-def read_dialogue(path: str | os.PathLike[str], *, topics: bool = False, file_ids: bool = False
-                  ) -> dict[str, list[tuple[str, str | None, str | None]]]:
-    """A JSONL dialogue: one turn a line, ``user`` (required), ``assistant`` and ``conversation``
-    (optional) and, with ``topics``, a ``topic`` (a string or an integer) each. Turns by
-    conversation, in file order, as (user, assistant, topic); every line checked before anything
-    is embedded, a bad one named by its line. With ``file_ids`` each conversation id must also
-    name a file (``conversation_file``)."""
-    path = Path(path)
-    try:
-        lines = path.read_text(encoding="utf-8").splitlines()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise InvalidValueError(f"{path}: cannot read the dialogue ({exc})") from None
-    conversations: dict[str, list[tuple[str, str | None, str | None]]] = {}
-    for line_no, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            turn = json_loads(line)
-        except ValueError as exc:
-            raise InvalidValueError(f"{path}:{line_no}: invalid JSON ({exc})") from None
-        if not isinstance(turn, dict) or not isinstance(turn.get("user"), str) or not turn["user"].strip():
-            raise InvalidValueError(f"{path}:{line_no}: a turn must be a JSON object with a non-empty 'user' string")
-        assistant = turn.get("assistant")
-        if assistant is not None and not isinstance(assistant, str):
-            raise InvalidValueError(f"{path}:{line_no}: 'assistant' must be a string; got {type(assistant).__name__}")
-        conversation = turn.get("conversation", "default")
-        if not isinstance(conversation, str):
-            raise InvalidValueError(f"{path}:{line_no}: 'conversation' must be a string (1 and \"1\" would be one "
-                                    f"conversation); got {type(conversation).__name__} {conversation!r:.40}")
-        try:
-            for field in ("user", "assistant"):
-                unicode(turn.get(field) or "", f"'{field}'")
-            if file_ids:
-                conversation_file(".", conversation)
-        except InvalidValueError as exc:
-            raise InvalidValueError(f"{path}:{line_no}: {exc}") from None
-        topic = turn.get("topic")
-        if topics and (not isinstance(topic, (str, int)) or isinstance(topic, bool)):
-            raise InvalidValueError(f"{path}:{line_no}: a turn needs a 'topic' (a string or an integer)")
-        conversations.setdefault(conversation, []).append(
-            (turn["user"], assistant, None if topic is None else str(topic)))
-    if not conversations:
-        raise InvalidValueError(f"{path}: holds no turns")
-    return conversations
-
-
-CONVERSATION_ID = re.compile(r"[A-Za-z0-9_-]{1,64}")
-
-
-def conversation_file(folder: str | os.PathLike[str], conversation_id: Any) -> Path:
-    """The file that keeps conversation ``conversation_id`` in ``folder``: ``<id>.json``. An id is
-    a string of 1-64 letters, digits, '-' or '_', so a name from the input can never reach
-    outside ``folder``; anything else raises ``InvalidValueError`` naming it. The CLI's
-    ``track --save`` and the service's conversations folder both name files by this."""
-    if not isinstance(conversation_id, str) or not CONVERSATION_ID.fullmatch(conversation_id):
-        raise InvalidValueError(f"a conversation id is a string of 1-64 letters, digits, '-' or '_'; "
-                                f"got {conversation_id!r:.80}")
-    return Path(folder) / f"{conversation_id}.json"
-
-
-def _int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _text(value: Any) -> bool:
-    """A string a tokenizer can take (``checks.unicode``)."""
-    if not isinstance(value, str):
-        return False
-    try:
-        unicode(value, "text")
-    except InvalidValueError:
-        return False
-    return True
-
-
-def check_document(data: dict[str, Any], dim: int) -> tuple[list[Node], np.ndarray]:
-    """The nodes and vectors of a forest document, after checking everything a forest relies on:
-    each node's fields and types, ids in order, every parent an earlier node of the same tree
-    (so no cycle), children that match the parents, one root per tree and the tree's node list,
-    anchors inside their trees, ``current`` a node (None only when empty), and finite unit vectors,
-    one per node. The first bad field raises ``ForestFileError`` naming it."""
-    raw_nodes, trees = data.get("nodes"), data.get("trees")
-    if not isinstance(raw_nodes, list) or not isinstance(trees, list):
-        raise ForestFileError("nodes and trees: missing or not lists")
-    fields = {f.name for f in dataclasses.fields(Node)}
-    nodes: list[Node] = []
-    for i, n in enumerate(raw_nodes):
-        if not isinstance(n, dict) or set(n) != fields:
-            raise ForestFileError(f"nodes[{i}]: not a node (its fields must be {sorted(fields)})")
-        node = Node(**n)
-        bad = ("id" if node.id != i else "tree" if not _int(node.tree) or not 0 <= node.tree < len(trees)
-               else "parent" if node.parent is not None and (not _int(node.parent) or not 0 <= node.parent < i
-                                                             or nodes[node.parent].tree != node.tree)
-               else "turn" if not _int(node.turn) else "branch" if not _int(node.branch) or node.branch < 0
-               else "user" if not _text(node.user) else "summary" if not _text(node.summary)
-               else "assistant" if node.assistant is not None and not _text(node.assistant)
-               else "children" if not isinstance(node.children, list) else None)
-        if bad:
-            rule = {"id": f"must be {i}", "parent": "must be an earlier node of the same tree, or null",
-                    "tree": f"must be a tree id below {len(trees)}"}.get(
-                bad, "must be a string of valid Unicode (no lone surrogate)" if bad in ("user", "summary", "assistant")
-                else "has the wrong type")
-            raise ForestFileError(f"nodes[{i}].{bad}: {getattr(node, bad)!r:.60} {rule}")
-        nodes.append(node)
-    children: dict[int, list[int]] = {}
-    members_of: dict[int, list[int]] = {}
-    for node in nodes:
-        members_of.setdefault(node.tree, []).append(node.id)
-        if node.parent is not None:
-            children.setdefault(node.parent, []).append(node.id)
-    for node in nodes:
-        expected = children.get(node.id, [])
-        if node.children != expected:
-            raise ForestFileError(f"nodes[{node.id}].children: {node.children!r:.60}; the nodes whose parent it is "
-                                  f"are {expected!r:.60}")
-    for t_id, t in enumerate(trees):
-        members = members_of.get(t_id, [])
-        if not isinstance(t, dict) or t.get("id") != t_id:
-            raise ForestFileError(f"trees[{t_id}]: not a tree with id {t_id}")
-        if t.get("nodes") != members or not members:
-            raise ForestFileError(f"trees[{t_id}].nodes: {t.get('nodes')!r:.60}; the nodes of tree {t_id} are "
-                                  f"{members!r:.60}")
-        if sum(nodes[m].parent is None for m in members) != 1 or nodes[members[0]].parent is not None:
-            raise ForestFileError(f"trees[{t_id}]: must have exactly one root, its first node")
-        if t.get("anchor") not in members:
-            raise ForestFileError(f"trees[{t_id}].anchor: {t.get('anchor')!r:.60} is not one of its nodes")
-        if not _int(t.get("last_turn")) or not _int(t.get("branches")) or not 1 <= t["branches"] <= len(members):
-            raise ForestFileError(f"trees[{t_id}]: last_turn and branches must be integers (branches 1 to its "
-                                  f"{len(members)} nodes)")
-        if not members[-1] <= t["last_turn"] < len(nodes):
-            raise ForestFileError(f"trees[{t_id}].last_turn: {t['last_turn']!r:.60}; must be a turn from its newest "
-                                  f"node {members[-1]} to the forest's last, {len(nodes) - 1}")
-    current = data.get("current")
-    if (current is None) != (not nodes) or (current is not None and (not _int(current) or not 0 <= current < len(nodes))):
-        raise ForestFileError(f"current: {current!r:.60} must be a node id below {len(nodes)} (null only when empty)")
-    try:
-        raw = base64.b64decode(data.get("vectors", ""), validate=True)
-    except (TypeError, ValueError) as exc:
-        raise ForestFileError(f"vectors: not base64 ({exc})") from None
-    if len(raw) != 4 * dim * len(nodes):
-        raise ForestFileError(f"vectors: {len(raw)} bytes; {len(nodes)} nodes of {dim} float32 need {4 * dim * len(nodes)}")
-    vectors = np.frombuffer(raw, dtype="<f4").reshape(len(nodes), dim)
-    norms = np.linalg.norm(vectors, axis=1) if len(nodes) else np.ones(0)
-    bad_rows = np.flatnonzero(~np.isfinite(vectors).all(axis=1) | (np.abs(norms - 1) > 1e-3))
-    if bad_rows.size:
-        raise ForestFileError(f"vectors[{int(bad_rows[0])}]: not a finite unit vector (norm {norms[bad_rows[0]]:.4g})")
-    return nodes, vectors
-
-
-JOURNAL_MIN = 64  # save_turn appends at least this many turns before it rewrites the file
-
-
-def _journal(path: Path) -> Path:
-    return path.with_name(path.name + ".journal")
-
-
-def _replay(data: Any, journal: Path) -> tuple[int, bool]:
-    """Apply the journal's turns to the forest document ``data`` (checked afterwards, with the
-    rest, by ``check_document``): the number applied, and whether the journal ends cleanly (with a
-    newline) so that a next line can be appended. Turns the file already holds are skipped (a crash
-    between a rewrite and the journal's removal), and a last line cut short is dropped."""
-    if not journal.exists() or not isinstance(data, dict):
-        return 0, True
-    lines = journal.read_text(encoding="utf-8").split("\n")
-    nodes, trees = data.get("nodes"), data.get("trees")
-    if not isinstance(nodes, list) or not isinstance(trees, list) or not isinstance(data.get("vectors"), str):
-        return 0, True
-    extra, applied = [], 0
-    for number, line in enumerate(lines, 1):
-        if not line:
-            continue
-        try:
-            record = json_loads(line)
-            node, tree_state, vector = record["node"], record["tree"], base64.b64decode(record["vector"], validate=True)
-            node_id, tree_id, parent = node["id"], node["tree"], node["parent"]
-        except (ValueError, KeyError, TypeError) as exc:
-            if number == len(lines):  # the last line, without its newline: cut short by a crash
-                break
-            raise ValueError(f"{journal.name}:{number}: not a journal line ({type(exc).__name__}: {exc})") from None
-        if not isinstance(node_id, int) or node_id < len(nodes):
-            continue
-        if node_id != len(nodes) or not isinstance(tree_id, int) or not 0 <= tree_id <= len(trees):
-            raise ValueError(f"{journal.name}:{number}: turn {node_id!r} of tree {tree_id!r} does not follow the file")
-        if tree_id == len(trees):
-            trees.append({"id": tree_id, "nodes": []})
-        trees[tree_id] = {**trees[tree_id], **tree_state, "nodes": [*trees[tree_id].get("nodes", []), node_id]}
-        if isinstance(parent, int) and 0 <= parent < len(nodes) and isinstance(nodes[parent].get("children"), list):
-            nodes[parent]["children"].append(node_id)
-        nodes.append(node)
-        data["current"] = node_id
-        extra.append(vector)
-        applied += 1
-    if extra:
-        data["vectors"] = base64.b64encode(base64.b64decode(data["vectors"]) + b"".join(extra)).decode()
-    return applied, lines[-1] == ""
-
-
 def _texts(node: Node) -> list[str]:
     """The node's texts as context messages: the user's, and the assistant's when there is one."""
     return [node.user, node.assistant] if node.assistant else [node.user]
-
-
-@dataclass
-class Node:
-    """One turn: its texts, a short summary, and its place (tree, branch, parent, children)."""
-
-    id: int
-    tree: int
-    branch: int
-    turn: int
-    user: str
-    assistant: str | None
-    summary: str
-    parent: int | None
-    children: list[int] = field(default_factory=list)
 
 
 class _Tree:
@@ -706,7 +445,7 @@ class Forest:
             raise IsADirectoryError(f"{path}: a folder, not a forest file")
         with replacing(path) as f:
             f.write(dumps(self.to_dict()))
-        _journal(path).unlink(missing_ok=True)
+        journal_path(path).unlink(missing_ok=True)
         self._saved = (len(self.nodes), 0)
 
     def save_turn(self, path: str | os.PathLike[str]) -> None:
@@ -726,7 +465,7 @@ class Forest:
         record = {"node": asdict(node), "tree": {"anchor": tree.anchor, "last_turn": tree.last_turn,
                                                  "branches": tree.branches},
                   "vector": base64.b64encode(self._vectors[node.id].astype("<f4").tobytes()).decode()}
-        journal = _journal(path)
+        journal = journal_path(path)
         if journal.is_symlink():  # never appended through: the whole file is written, and the link removed
             self.save(path)
             return
@@ -752,7 +491,7 @@ class Forest:
         try:
             data = json_loads(path.read_text(encoding="utf-8"))
             base = len(data["nodes"]) if isinstance(data, dict) and isinstance(data.get("nodes"), list) else 0
-            journaled, clean = _replay(data, _journal(path))
+            journaled, clean = replay(data, journal_path(path))
         except (OSError, ValueError, TypeError, KeyError, AttributeError) as exc:  # UnicodeDecodeError: a ValueError
             raise ForestFileError(f"{path}: not a readable forest file ({type(exc).__name__}: {exc})") from None
         try:

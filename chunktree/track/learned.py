@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 from dataclasses import dataclass, field
 from importlib import resources
@@ -31,6 +32,8 @@ import numpy as np
 
 from chunktree.checks import ChunktreeError, InvalidValueError
 from chunktree.files import replacing
+
+log = logging.getLogger(__name__)
 
 FEATURES_VERSION = 2
 BASE_FEATURES = ("anchor_similarity", "recent_similarity", "best_similarity", "mean_similarity", "log_tree_size",
@@ -146,3 +149,38 @@ class LearnedDecider:
 def default_decider() -> LearnedDecider:
     """The decider shipped with chunktree (``chunktree/data/track_decider.npz``)."""
     return LearnedDecider.load(Path(str(resources.files("chunktree") / "data" / "track_decider.npz")))
+
+
+def load_decider(decider: Any) -> LearnedDecider | None:
+    """``Forest``'s ``decider`` argument as a ``LearnedDecider``, or None for the threshold rule."""
+    if decider is None:
+        return default_decider()
+    if isinstance(decider, LearnedDecider):
+        return decider
+    if decider == "thresholds":
+        return None
+    if isinstance(decider, (str, os.PathLike)):
+        return LearnedDecider.load(decider)
+    raise InvalidValueError(f"decider must be None (the shipped one), 'thresholds', a LearnedDecider or the path of a "
+                            f"decider file; got {decider!r}")
+
+
+def decider_for(decider: Any, embedder: Any) -> LearnedDecider | None:
+    """``decider`` (as ``load_decider`` takes it) for ``embedder``'s vectors. The shipped decider
+    was fitted on the default model's vectors, so for another model (``decider=None``) the
+    threshold rule places turns, with a warning; a decider the user names must fit the vectors'
+    dimension."""
+    learned = load_decider(decider)
+    if learned is not None and decider is None and learned.info.get("model") != embedder.model_id:
+        _warn_thresholds(embedder.name)
+        return None
+    if learned is not None:
+        learned.check(embedder.dim)
+    return learned
+
+
+@functools.cache
+def _warn_thresholds(model: str) -> None:
+    log.warning("the shipped topic decider was fitted on %s's vectors; with %s the threshold rule places turns "
+                "(fit one for this model with 'chunktree train-track' and its --model)",
+                default_decider().info.get("model", "the default model").split("@")[0], model)

@@ -69,7 +69,7 @@ def test_errors_are_one_clear_line(tmp_path, cli, args, message):
 @pytest.mark.parametrize("command", [["embed", "x", "-o", "x.npy"], ["order", "x"], ["select", "x"], ["read", "x", "-q", "?"],
                                      ["track", "d.jsonl"], ["serve"], ["eval-order", "d.json"], ["eval-track", "d.json"]])
 def test_every_command_that_embeds_takes_backend_precision_and_threads(command):
-    from chunktree.apps.cli import build_parser
+    from chunktree.apps.cli.main import build_parser
 
     args = build_parser().parse_args([*command, "--backend", "onnxruntime", "--precision", "int8", "--threads", "1"])
     assert (args.backend, args.precision, args.threads) == ("onnxruntime", "int8", 1)
@@ -93,7 +93,7 @@ def test_an_output_folder_that_cannot_be_made_fails_before_any_work(tmp_path, cl
     def no_work(*args, **kwargs):
         raise AssertionError("chunked or embedded before checking the output path")
 
-    monkeypatch.setattr("chunktree.apps.cli._load_chunks", no_work)
+    monkeypatch.setattr("chunktree.apps.cli.common.load_chunks", no_work)
     r = cli("embed", "--sample", "-o", tmp_path / "a-file" / "out.npy")
     assert r.returncode == 2 and "cannot create the folder" in r.stderr and "a-file" in r.stderr
 
@@ -421,7 +421,7 @@ def test_order_from_embeddings_equals_order_from_the_texts(tmp_path, cli, corpus
     assert embedded["embedding"] is None  # nothing was embedded but the query
     (tmp_path / "short.jsonl").write_text((tmp_path / "e.jsonl").read_text().splitlines()[0] + "\n")
     bad = cli("order", "--embeddings", out, "--chunks", tmp_path / "short.jsonl", "--no-cache")
-    assert bad.returncode == 2 and "has 1 chunks" in bad.stderr and "rows but --chunks" in bad.stderr
+    assert bad.returncode == 2 and "has 1 chunks" in bad.stderr and "rows but its chunks file" in bad.stderr
 
 
 def test_order_from_embeddings_prints_text_with_or_without_chunks(tmp_path, cli, corpus):
@@ -469,7 +469,7 @@ def test_a_picture_path_that_cannot_be_written_fails_before_any_work(tmp_path, c
     def no_work(*args, **kwargs):
         raise AssertionError("chunked or embedded before checking the picture path")
 
-    monkeypatch.setattr("chunktree.apps.cli._load_chunks", no_work)
+    monkeypatch.setattr("chunktree.apps.cli.common.load_chunks", no_work)
     for command in (["order"], ["select", "-k", "2"]):
         r = cli(*command, str(corpus), "--png", tmp_path / "a-file" / "t.png")
         assert r.returncode == 2 and "--png" in r.stderr and "cannot create the folder" in r.stderr
@@ -478,7 +478,7 @@ def test_a_picture_path_that_cannot_be_written_fails_before_any_work(tmp_path, c
 @pytest.mark.parametrize("conversation", ["/tmp/elsewhere/absolute", "../../escaped", "x/y", "a" * 65, "nul\u0000id",
                                           "", "dot.json"])
 def test_track_save_refuses_a_conversation_id_that_is_not_a_file_name(tmp_path, capsys, conversation):
-    from chunktree.apps.cli import main
+    from chunktree.apps.cli.main import main
 
     path = tmp_path / "d.jsonl"
     path.write_text(json.dumps({"user": "How long should dough rise?"}) + "\n"
@@ -490,7 +490,7 @@ def test_track_save_refuses_a_conversation_id_that_is_not_a_file_name(tmp_path, 
 
 
 def test_track_refuses_a_conversation_that_is_not_a_string(tmp_path, capsys):
-    from chunktree.apps.cli import main
+    from chunktree.apps.cli.main import main
 
     path = tmp_path / "d.jsonl"
     path.write_text('{"user": "a", "conversation": "1"}\n{"user": "b", "conversation": 1}\n')
@@ -504,12 +504,12 @@ def test_track_refuses_a_conversation_that_is_not_a_string(tmp_path, capsys):
     ("[" * 100_000 + "]" * 100_000, ":3: invalid JSON (JSON nested too deeply to be read)"),
 ])
 def test_track_names_the_line_of_a_text_it_cannot_read_before_any_work(tmp_path, capsys, monkeypatch, line, message):
-    from chunktree.apps.cli import main
+    from chunktree.apps.cli.main import main
 
     def no_work(*args, **kwargs):
         raise AssertionError("embedded before checking every line")
 
-    monkeypatch.setattr("chunktree.apps.cli._embedder", no_work)
+    monkeypatch.setattr("chunktree.apps.cli.common.make_embedder", no_work)
     path = tmp_path / "d.jsonl"
     path.write_text('{"user": "How long should dough rise?"}\n{"user": "And how warm?"}\n' + line + "\n")
     assert main(["track", str(path), "--no-cache"]) == 2
@@ -520,7 +520,7 @@ def test_track_names_the_line_of_a_text_it_cannot_read_before_any_work(tmp_path,
 def test_a_chunks_file_that_is_not_utf8_and_a_non_string_paragraph_are_named(tmp_path, capsys):
     import numpy as np
 
-    from chunktree.apps.cli import main
+    from chunktree.apps.cli.main import main
 
     np.save(tmp_path / "e.npy", np.eye(3, 384, dtype=np.float32))
     (tmp_path / "bad.jsonl").write_bytes(b"\xff\xfe not text")

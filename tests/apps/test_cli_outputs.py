@@ -182,7 +182,7 @@ def test_no_room_for_the_vectors_is_a_message_before_the_work_and_leaves_nothing
 
     (tmp_path / "a.txt").write_text("Whales are the largest animals that ever lived. " * 50, encoding="utf-8")
     code = ("import resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
-            "resource.setrlimit(resource.RLIMIT_FSIZE, (2000, 2000)); from chunktree.apps.cli import main; "
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (2000, 2000)); from chunktree.apps.cli.main import main; "
             "sys.exit(main(sys.argv[1:]))")
     r = subprocess.run([sys.executable, "-c", code, "--no-progress", "embed", str(tmp_path / "a.txt"), "-o",
                         str(tmp_path / "o.npy"), "--no-cache"], capture_output=True, text=True, timeout=300)

@@ -288,7 +288,7 @@ def test_bad_requests(service, path, payload, status, message):
 
 def test_responses_equal_the_cli_json(service, embedder, tmp_path, capsys):
     """What /v1/order and /v1/select return is what `chunktree order|select --format json` prints."""
-    from chunktree.apps.cli import main
+    from chunktree.apps.cli.main import main
     from chunktree.engine.results import PROVENANCE
 
     corpus = tmp_path / "sentences.jsonl"
@@ -1213,8 +1213,8 @@ def test_a_server_of_another_model_places_turns_by_the_threshold_rule(two_models
     """The shipped decider was fitted on the default model's vectors: a server whose default model is
     another starts, says so, and its conversations place turns by the threshold rule; a decider the
     user names must fit the model's vectors."""
-    from chunktree.track.forest import Forest, _warn_thresholds
-    from chunktree.track.learned import default_decider
+    from chunktree.track.forest import Forest
+    from chunktree.track.learned import _warn_thresholds, default_decider
 
     _, tiny = two_models
     _warn_thresholds.cache_clear()  # said once a process

@@ -97,7 +97,7 @@ def test_embedding_on_ray_gives_the_same_vectors_and_fills_the_cache(cluster, em
 
 
 def test_cli_order_on_a_running_cluster(cluster, tmp_path, capsys):
-    from chunktree.apps.cli import main
+    from chunktree.apps.cli.main import main
 
     x = clustered(800, d=384, seed=2)
     np.save(tmp_path / "x.npy", x)

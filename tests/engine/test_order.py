@@ -174,6 +174,31 @@ def test_texts_are_embedded(embedder):
     np.testing.assert_array_equal(r.order, want.order)
 
 
+def test_items_name_the_rows_of_embeddings(tmp_path, embedder):
+    """Chunks written beside their vectors (``write_embeddings``), read back (``load_embeddings``)
+    and given as ``items``: the order of the vectors alone, with each row's text and provenance;
+    a count that does not match the rows is refused before any work."""
+    from chunktree.engine.chunking import Chunk
+    from chunktree.engine.embeddings_file import load_embeddings, write_embeddings
+
+    texts = ["The whale dived.", "Ahab paced the deck.", "The whale surfaced again.", "Oil casks in the hold."]
+    chunks = [Chunk(i, t, "notes.txt", i, 20 * i, 20 * i + len(t)) for i, t in enumerate(texts)]
+    write_embeddings(chunks, tmp_path / "x.npy", embedder)
+    vectors, read_back = load_embeddings(tmp_path / "x.npy")
+    assert read_back == chunks
+    np.testing.assert_allclose(vectors, embedder.embed([embedder.prompt("document") + t for t in texts]), atol=1e-6)
+    r = order(vectors, items=read_back)
+    assert r.order.tolist() == order(vectors).order.tolist()
+    rows = r.to_dict()["chunks"]
+    assert [row["text"] for row in rows] == [texts[i] for i in r.order]
+    assert [row["start"] for row in rows] == [20 * i for i in r.order]
+    with pytest.raises(ValueError, match=r"items must hold one chunk or string per row of the embeddings \(4\); got 3") as e:
+        order(vectors, items=read_back[:3])
+    assert e.value.param == "items"
+    with pytest.raises(ValueError, match="items names the rows of embeddings"):
+        order(texts, items=texts, embedder=embedder)
+
+
 @pytest.mark.parametrize("kwargs, error, message", [
     ({"chunks_or_embeddings": np.zeros((0, 4))}, ValueError, "at least one chunk.*got 0"),
     ({"chunks_or_embeddings": np.zeros(4)}, ValueError, r"2-D array \(n, d\); got shape \(4,\)"),

@@ -11,7 +11,7 @@ import os
 import pytest
 
 from chunktree import DocumentError, read_paths
-from chunktree.apps.cli import main
+from chunktree.apps.cli.main import main
 from chunktree.engine import documents
 from chunktree.engine.documents import NotText, read_file
 

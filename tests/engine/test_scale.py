@@ -160,7 +160,7 @@ def test_scale_command_writes_the_report_and_plots_and_stops_at_the_budget(tmp_p
 
 
 def test_scale_refuses_bad_input_before_work(tmp_path, capsys):
-    from chunktree.apps.cli import main
+    from chunktree.apps.cli.main import main
 
     bad = tmp_path / "x.npy"
     bad.write_text("not an array")

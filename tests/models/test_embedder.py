@@ -121,7 +121,7 @@ def test_no_room_for_the_converted_model_is_a_message_naming_it(tmp_path):
     import sys
 
     code = ("import resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
-            "resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20)); from chunktree.apps.cli import main; "
+            "resource.setrlimit(resource.RLIMIT_FSIZE, (1 << 20, 1 << 20)); from chunktree.apps.cli.main import main; "
             "sys.exit(main(sys.argv[1:]))")
     r = subprocess.run([sys.executable, "-c", code, "--no-progress", "order", "examples/notes", "-q", "bread",
                         "--no-cache"], capture_output=True, text=True, timeout=300,

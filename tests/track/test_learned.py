@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from chunktree.apps.cli import main
+from chunktree.apps.cli.main import main
 from chunktree.track import Forest
 from chunktree.track.data import load_labelled
 from chunktree.track.learned import DeciderFileError, LearnedDecider, default_decider, n_features

@@ -444,7 +444,7 @@ def _synthetic_forest(embedder, n, seed=0):
 
 
 def test_save_turn_appends_to_a_journal_and_load_replays_it(embedder, tmp_path):
-    from chunktree.track.forest import JOURNAL_MIN
+    from chunktree.track.storage import JOURNAL_MIN
 
     path, journal = tmp_path / "c.json", tmp_path / "c.json.journal"
     rewrites, f = 0, None

@@ -72,7 +72,7 @@ def create_app(embedder: Any = None, *, model: str | None = None, api_key: str |
         # first would not see (its lock file is also the check that the folder can be written).
         lock = FolderLock(folder, "chunktree serve")
     from chunktree.engine.cache import EmbeddingCache
-    from chunktree.track.forest import load_decider
+    from chunktree.track.learned import load_decider
 
     chosen = None if decider is None else load_decider(decider) or "thresholds"  # None: the shipped one, if it fits
     service = Service(embedder, model, api_key, limits or Limits(), folder, chosen,

@@ -22,7 +22,7 @@ from typing import Any
 
 from chunktree.apps.serve.http import HTTPError
 from chunktree.checks import InvalidValueError
-from chunktree.track.forest import conversation_file
+from chunktree.track.dialogue import conversation_file
 
 log = logging.getLogger(__name__)
 

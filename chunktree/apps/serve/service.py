@@ -65,7 +65,7 @@ class Service:
                 self.embedder = await asyncio.to_thread(default_embedder)
         await asyncio.to_thread(self.embedder.warmup)
         embedder = self.embedder
-        from chunktree.track.forest import decider_for
+        from chunktree.track.learned import decider_for
 
         # A decider for other vectors fails at startup, not at the first turn.
         self.decider = decider_for(self.decider, embedder) or "thresholds"

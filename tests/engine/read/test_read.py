@@ -168,7 +168,7 @@ def test_the_extractive_answer_reads_whole_sentences_once(embedder):
 
 
 def test_read_prints_how_much_evidence_it_shows(tmp_path, capsys):
-    from chunktree.apps.cli import main
+    from chunktree.apps.cli.main import main
 
     assert main(["--no-progress", "read", "examples/notes", "--extractive", "--no-cache", "-q", "Why does a loaf "
                  "not rise?", "--evidence", "2"]) == 0
