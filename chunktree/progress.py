@@ -1,10 +1,12 @@
-"""Progress for long work: a tqdm bar on a terminal, plain lines every few seconds otherwise.
+"""Progress for long work: where its lines go, a tqdm bar on a terminal, plain lines otherwise.
 
-A bar is useless in a log file (tqdm rewrites one line with carriage returns), so when stderr is
-not a terminal ``progress`` prints a line such as
-``embed: 1.2M/3.0M char (40%), 31 s, about 47 s left`` every ``CHUNKTREE_PROGRESS_SECONDS``
-seconds (default 10). Both estimate the time left from the work done so far, in the unit given
-(characters, texts, steps), so give the unit that the cost grows with.
+Every long function of chunktree takes ``progress`` (``Progress``): False says nothing; True
+shows a bar on a terminal and otherwise writes plain lines on stderr, such as
+``embed: 1.2M/3.0M char (40%), 31 s, about 47 s left``, every ``CHUNKTREE_PROGRESS_SECONDS``
+seconds (default 10); a callable gets each of those lines instead (a logger's ``info``, a
+service's own sink), and nothing is written. Lines estimate the time left from the work done so
+far, in the unit given (characters, texts, steps), so give the unit that the cost grows with.
+This module is the one place the library writes to stderr.
 """
 
 from __future__ import annotations
@@ -12,22 +14,35 @@ from __future__ import annotations
 import os
 import sys
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any, TextIO, TypeVar
 
 INTERVAL_ENV = "CHUNKTREE_PROGRESS_SECONDS"
 T = TypeVar("T")
+Progress = bool | Callable[[str], None]
 
 
-def progress(total: int, desc: str, unit: str, *, enabled: bool = True, file: TextIO | None = None) -> Any:
+def say(progress: Progress, line: str) -> None:
+    """One line of progress: given to ``progress`` when it is a callable, written on stderr when it
+    is True, dropped when it is False."""
+    if callable(progress):
+        progress(line)
+    elif progress:
+        print(line, file=sys.stderr, flush=True)
+
+
+def progress(total: int, desc: str, unit: str, *, enabled: Progress = True, file: TextIO | None = None) -> Any:
     """A progress counter with ``update(n)``, ``set_postfix_str(s)`` and ``close()``.
 
-    ``enabled=False`` gives one that prints nothing. The choice between a bar and plain lines
-    follows ``file`` (default ``sys.stderr``): a bar only on a terminal.
+    ``enabled=False`` gives one that says nothing, a callable one that gives it each plain line.
+    Otherwise the choice between a bar and plain lines follows ``file`` (default ``sys.stderr``):
+    a bar only on a terminal.
     """
     file = sys.stderr if file is None else file
     if not enabled:
         return _Silent()
+    if callable(enabled):
+        return PlainProgress(total, desc, unit, say=enabled)
     if file.isatty():
         from tqdm.auto import tqdm
 
@@ -54,10 +69,13 @@ def _count(n: float) -> str:
 
 
 class PlainProgress:
-    """Prints ``desc: done/total unit (pct), elapsed, about T left`` at most every ``interval`` seconds."""
+    """Says ``desc: done/total unit (pct), elapsed, about T left`` at most every ``interval``
+    seconds: to ``say``, or as a line on ``file``."""
 
-    def __init__(self, total: int, desc: str, unit: str, *, file: TextIO, interval: float | None = None) -> None:
-        self.total, self.desc, self.unit, self.file = total, desc, unit, file
+    def __init__(self, total: int, desc: str, unit: str, *, file: TextIO | None = None,
+                 say: Callable[[str], None] | None = None, interval: float | None = None) -> None:
+        self.total, self.desc, self.unit = total, desc, unit
+        self.say = say or (lambda line: print(line, file=file or sys.stderr, flush=True))
         self.interval = float(os.environ.get(INTERVAL_ENV, 10)) if interval is None else interval
         self.done = 0
         self.postfix = ""
@@ -90,11 +108,11 @@ class PlainProgress:
             line += f", about {elapsed * (self.total - self.done) / self.done:.0f} s left"
         if self.postfix:
             line += f", {self.postfix}"
-        print(line, file=self.file, flush=True)
+        self.say(line)
         self._shown = (self.done, self.postfix)
 
 
-def tracked(items: Iterable[T], total: int, desc: str, unit: str, *, enabled: bool = True) -> Iterator[T]:
+def tracked(items: Iterable[T], total: int, desc: str, unit: str, *, enabled: Progress = True) -> Iterator[T]:
     """Yield ``items``, counting one ``unit`` each (see ``progress``)."""
     bar = progress(total, desc, unit, enabled=enabled)
     try:

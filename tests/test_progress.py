@@ -34,3 +34,28 @@ def test_a_short_run_prints_nothing():
     bar.update(2)
     bar.close()
     assert out.getvalue() == ""
+
+
+def test_a_callable_gets_every_line_and_nothing_is_written(monkeypatch, capfd):
+    """``progress=callable``: the lines a run would write on stderr go to the callable instead, the
+    counters' lines (K-means, the search, the writing) and the stage lines alike."""
+    import numpy as np
+
+    from chunktree.engine.order import order
+    from chunktree.engine.scale import synthetic_embeddings
+    from chunktree.progress import say
+
+    monkeypatch.setenv("CHUNKTREE_PROGRESS_SECONDS", "0")
+    monkeypatch.setattr("chunktree.engine.order.STAGE_LINE_S", 0.0)  # every stage says its line
+    lines = []
+    result = order(synthetic_embeddings(3000, seed=2), method="sparse", progress=lines.append)
+    result.write_json(io.StringIO(), progress=lines.append)
+    assert capfd.readouterr().err == ""
+    said = "\n".join(lines)
+    for part in ("order: K-means", "order: neighbour search: 3.0k/3.0k rows", "order: forest of the neighbour graph",
+                 "traversal", "order: writing: 3.0k/3.0k rows (100%)"):
+        assert part in said, (part, said)
+    assert np.array_equal(result.order, order(synthetic_embeddings(3000, seed=2), method="sparse").order)
+    say(False, "dropped")
+    say(True, "on stderr")
+    assert capfd.readouterr().err == "on stderr\n"

@@ -29,6 +29,7 @@ import numpy as np
 
 from chunktree.checks import InvalidValueError, integer
 from chunktree.engine.documents import Document
+from chunktree.progress import Progress
 from chunktree.progress import progress as progress_counter
 
 log = logging.getLogger(__name__)
@@ -123,7 +124,7 @@ def chunk_documents(
     *,
     chunk_tokens: int = DEFAULT_CHUNK_TOKENS,
     overlap_tokens: int = DEFAULT_OVERLAP_TOKENS,
-    progress: bool = False,
+    progress: Progress = False,
 ) -> list[Chunk]:
     """Split ``documents`` into chunks of at most ``chunk_tokens`` tokens.
 
@@ -155,7 +156,7 @@ def chunk_documents(
         raise InvalidValueError("tokenizer has padding enabled; chunk sizes would be wrong (call no_padding())")
     listed = isinstance(documents, Sequence)
     total = sum(len(doc.text) for doc in documents) if isinstance(documents, Sequence) else 0  # 0: unknown
-    bar = progress_counter(total, "chunk", "char", enabled=progress and (not listed or total >= PROGRESS_CHARS))
+    bar = progress_counter(total, "chunk", "char", enabled=progress if not listed or total >= PROGRESS_CHARS else False)
     chunks: list[Chunk] = []
     for doc in documents:
         starts, ends, levels = _tokens(doc, tokenizer, bar)

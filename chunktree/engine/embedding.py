@@ -13,6 +13,7 @@ import numpy as np
 from chunktree.checks import InvalidValueError, positive_int, unicode
 from chunktree.engine.cache import EmbeddingCache
 from chunktree.models.embedder import Embedder
+from chunktree.progress import Progress
 from chunktree.progress import progress as progress_counter
 
 
@@ -44,7 +45,7 @@ def embed_texts(
     embedder: Embedder,
     cache: EmbeddingCache | None = None,
     *,
-    progress: bool = False,
+    progress: Progress = False,
     commit_every: int = COMMIT_EVERY,
     ray: str | None = None,
     out: np.ndarray | None = None,
@@ -98,7 +99,7 @@ def embed_texts(
     # Similar lengths together, so every committed slice pads little (the embedder sorts by tokens within it).
     todo = sorted(unique.items(), key=lambda item: len(item[0]))
     # Counted in characters, which the cost follows, not texts: short texts go first.
-    bar = progress_counter(sum(len(text) for text, _ in todo), "embed", "char", enabled=progress and bool(todo))
+    bar = progress_counter(sum(len(text) for text, _ in todo), "embed", "char", enabled=progress if todo else False)
     parts = [todo[start:start + commit_every] for start in range(0, len(todo), commit_every)]
     batches = [[text for text, _ in part] for part in parts]
     if ray is None:

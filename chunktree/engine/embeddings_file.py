@@ -21,6 +21,7 @@ from chunktree.engine.chunking import Chunk
 from chunktree.engine.embedding import EmbedStats, embed_texts
 from chunktree.engine.results import dumps
 from chunktree.files import replacing, replacing_npy
+from chunktree.progress import Progress
 
 
 def chunks_path(vectors_path: Path) -> Path:
@@ -29,7 +30,7 @@ def chunks_path(vectors_path: Path) -> Path:
 
 
 def write_embeddings(chunks: Sequence[Chunk], path: Path, embedder: Any, cache: EmbeddingCache | None = None, *,
-                     progress: bool = False, ray: str | None = None) -> EmbedStats:
+                     progress: Progress = False, ray: str | None = None) -> EmbedStats:
     """Embed ``chunks`` into ``path`` (float32, one row per chunk) and write the chunks beside it
     (``chunks_path``). The vectors go into a memory map as each batch comes, so a large corpus is
     not held in memory, with their space reserved first; each file appears whole or not at all

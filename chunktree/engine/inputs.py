@@ -23,6 +23,7 @@ from chunktree.engine.cache import EmbeddingCache
 from chunktree.engine.chunking import Chunk
 from chunktree.engine.embedding import EmbedStats, embed_texts
 from chunktree.models.embedder import Embedder
+from chunktree.progress import Progress
 
 # Dimensions whose bytes key the duplicate search (``Inputs.first_copies``): distinct embeddings
 # differ in nearly every dimension, and rows sharing a key are compared whole.
@@ -137,7 +138,7 @@ def prepare(
     embedder: Any = None,
     cache: EmbeddingCache | None = None,
     name: str = "chunks",
-    progress: bool = False,
+    progress: Progress = False,
     ray: str | None = None,
     keep_float16: bool = False,
 ) -> Inputs:

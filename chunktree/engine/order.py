@@ -28,7 +28,6 @@ Baselines: ``"document"`` (input order) and ``"dense"`` (descending query simila
 from __future__ import annotations
 
 import logging
-import sys
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -68,6 +67,7 @@ from chunktree.kernels.traversal import (
     pull_neighbours_order,
     runs_order,
 )
+from chunktree.progress import Progress, say
 from chunktree.progress import progress as progress_counter
 
 log = logging.getLogger(__name__)
@@ -227,7 +227,7 @@ class OrderResult:
                    "parent_similarity": row["parent_similarity"], "query_similarity": row["query_similarity"]}
 
     def write_json(self, out: IO[str], top: int | None = None, lines: bool = False, block: int = ROWS_AT_ONCE,
-                   progress: bool = False) -> None:
+                   progress: Progress = False) -> None:
         """``to_dict`` as JSON into ``out``, or (``lines``) its chunk rows as JSON Lines, written
         ``block`` rows at a time: 10 million rows take no more memory than one block. With
         ``progress``, the rows written and the time left go to stderr."""
@@ -264,7 +264,7 @@ def order(
     blend: float = DEFAULT_BLEND,
     embedder: Any = None,
     cache: EmbeddingCache | None = None,
-    progress: bool = False,
+    progress: Progress = False,
     ray: str | None = None,
     memory_budget_mb: float | None = None,
     items: Sequence[Chunk] | Sequence[str] | None = None,
@@ -298,9 +298,10 @@ def order(
         for ``"guided"``: the weight of the edge similarity against the query similarity
         (1: edge weight only, 0: query similarity only; without a query, edge weight only).
     progress
-        show progress on stderr: while embedding, for K-means, the neighbour search (with the
-        time it will take, projected from its first block of rows) and each refinement pass (rows
-        done and the time left), and a line for each later stage that takes two seconds or more.
+        show progress (True: on stderr; a callable: each line given to it, ``chunktree.progress``):
+        while embedding, for K-means, the neighbour search (with the time it will take, projected
+        from its first block of rows) and each refinement pass (rows done and the time left), and
+        a line for each later stage that takes two seconds or more.
     ray
         run the embedding and the sparse method's top-K search on a Ray cluster
         (``chunktree[ray]``): ``"local"`` starts one on this machine, otherwise the address of a
@@ -437,7 +438,7 @@ def runs_keys(relevance: np.ndarray, weight: np.ndarray, parent: np.ndarray, roo
 def sparse_neighbours(x: np.ndarray, k: int, n_clusters: int, probes: int, seed: int = 0,
                       timings: dict[str, float] | None = None, ray: str | None = None,
                       info: dict[str, Any] | None = None, meter: StageMeter | None = None,
-                      progress: bool = False) -> tuple[np.ndarray, np.ndarray]:
+                      progress: Progress = False) -> tuple[np.ndarray, np.ndarray]:
     """Approximate top-``k`` neighbours of unit rows ``x``.
 
     1. Spherical K-means (``n_clusters`` centres, trained on at most 64 rows per centre).
@@ -494,7 +495,7 @@ def sparse_neighbours(x: np.ndarray, k: int, n_clusters: int, probes: int, seed:
     previous = None
     gains: list[float] = []  # the recall each pass gained
     if recall < REFINE_TARGET:
-        _said(progress and n >= PLAN_SAID_N, f"refinement: recall@{k} of the lists {recall:.3f} on {sample.size:,} "
+        _said(progress if n >= PLAN_SAID_N else False, f"refinement: recall@{k} of the lists {recall:.3f} on {sample.size:,} "
               f"sampled rows, below {REFINE_TARGET}: up to {MAX_REFINE_PASSES} passes of neighbours of neighbours")
     while recall < REFINE_TARGET and passes < MAX_REFINE_PASSES and _worth_a_pass(gains):
         started = time.perf_counter()
@@ -529,7 +530,7 @@ def _worth_a_pass(gains: list[float]) -> bool:
 
 def _sparse_tree(x: np.ndarray, root: int, k: int | None, n_clusters: int | None, probes: int | None,
                  seed: int, timings: dict[str, float], ray: str | None, meter: StageMeter | None = None,
-                 progress: bool = False) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
+                 progress: Progress = False) -> tuple[np.ndarray, np.ndarray, dict[str, Any]]:
     """Spanning tree from the top-K graph: forest, then its components joined. Adds the seconds
     of each stage to ``timings``: ``kmeans_s``, ``topk_s``, ``refine_s``, ``forest_s``, ``join_s``
     (and their peak memory to ``meter``)."""
@@ -568,11 +569,12 @@ def _sparse_tree(x: np.ndarray, root: int, k: int | None, n_clusters: int | None
     return parent, weight, params
 
 
-def _said(progress: bool, line: str, seconds: float = STAGE_LINE_S) -> None:
-    """A stage's line on stderr, with ``progress``, for a stage that took ``STAGE_LINE_S`` seconds
-    or more (the search counts its rows itself; a small run's stages pass in silence)."""
-    if progress and seconds >= STAGE_LINE_S:
-        print(f"order: {line}", file=sys.stderr, flush=True)
+def _said(progress: Progress, line: str, seconds: float = STAGE_LINE_S) -> None:
+    """A stage's line to ``progress`` (``chunktree.progress.say``), for a stage that took
+    ``STAGE_LINE_S`` seconds or more (the search counts its rows itself; a small run's stages pass
+    in silence)."""
+    if seconds >= STAGE_LINE_S:
+        say(progress, f"order: {line}")
 
 
 class _SearchProgress(Blocks):
@@ -581,7 +583,7 @@ class _SearchProgress(Blocks):
     search's time projected from the probe lists' time and that block's (times the rounds of
     ``at_once`` blocks)."""
 
-    def __init__(self, n: int, enabled: bool) -> None:
+    def __init__(self, n: int, enabled: Progress) -> None:
         self.n, self.enabled = n, enabled
         self.t0 = self.probed_at = time.perf_counter()
         self.probed_rows = self.searched_rows = 0
@@ -610,7 +612,7 @@ class _SearchProgress(Blocks):
 
 
 def _check_plan(x: np.ndarray, method: str, k: int | None, probes: int | None, budget_mb: float | None,
-                progress: bool) -> None:
+                progress: Progress) -> None:
     """Before any work on an embedding array: the sparse method's planned peak memory
     (``engine.memory.planned_peak_bytes``), refused past ``budget_mb``, and said on stderr with
     ``progress`` when the run is large (``PLAN_SAID_N`` rows or more)."""
@@ -623,6 +625,6 @@ def _check_plan(x: np.ndarray, method: str, k: int | None, probes: int | None, b
                                      probes or DEFAULT_PROBES, copied=not kept)
     what = f"ordering {n:,} x {d} {x.dtype} vectors"
     check_budget(planned, budget_mb, what)
-    if progress and n >= PLAN_SAID_N:
+    if n >= PLAN_SAID_N:
         budget = "" if budget_mb is None else f" (budget {budget_mb / 1024:.1f} GiB)"
-        print(f"order: {what}: planned peak memory about {planned / 2**30:.1f} GiB{budget}", file=sys.stderr, flush=True)
+        say(progress, f"order: {what}: planned peak memory about {planned / 2**30:.1f} GiB{budget}")

@@ -44,6 +44,7 @@ from chunktree.engine.inputs import prepare
 from chunktree.engine.minibatch_kmeans import MiniBatchKMeans
 from chunktree.engine.results import chunk_fields
 from chunktree.kernels.kmeans import assign
+from chunktree.progress import Progress
 
 log = logging.getLogger(__name__)
 
@@ -217,7 +218,7 @@ def select(
     seed: int = 0,
     embedder: Any = None,
     cache: EmbeddingCache | None = None,
-    progress: bool = False,
+    progress: Progress = False,
 ) -> SelectResult:
     """Pick representative chunks that cover every topic, without a query.
 

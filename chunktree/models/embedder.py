@@ -20,7 +20,7 @@ import numpy as np
 from chunktree.checks import ChunktreeError, InvalidTypeError, InvalidValueError, positive_int, unicode
 from chunktree.models import backends, onnx_file, quantize, registry, source
 from chunktree.paths import cache_dir
-from chunktree.progress import tracked
+from chunktree.progress import Progress, tracked
 
 log = logging.getLogger(__name__)
 
@@ -219,7 +219,7 @@ class Embedder:
                 f"dim={self.dim}, window={self.window})")
 
     def embed(self, texts: Sequence[str], *, batch_size: int | None = None, batch_tokens: int | None = None,
-              progress: bool = False) -> np.ndarray:
+              progress: Progress = False) -> np.ndarray:
         """Embed ``texts`` (``batch_size`` and ``batch_tokens`` override the embedder's for this call).
 
         Returns
@@ -263,7 +263,7 @@ class Embedder:
         return self._embed_windows(windows, owner, len(ids), batch_size, batch_tokens, False)
 
     def _embed_windows(self, windows: list[list[int]], owner: list[int], n: int, batch_size: int | None,
-                       batch_tokens: int | None, progress: bool) -> np.ndarray:
+                       batch_tokens: int | None, progress: Progress) -> np.ndarray:
         """The vectors of ``n`` texts from their windows (``owner[j]``: the text of window ``j``):
         the token-weighted, normalised mean of each text's windows."""
         batch_size = self.batch_size if batch_size is None else positive_int(batch_size, "batch_size")

@@ -36,7 +36,7 @@ from chunktree.checks import InvalidValueError, integer
 from chunktree.engine.cache import EmbeddingCache
 from chunktree.engine.embedding import embed_texts
 from chunktree.engine.evaluate.stats import bootstrap
-from chunktree.progress import tracked
+from chunktree.progress import Progress, tracked
 from chunktree.track.data import LabelledDialogue, Turn, labelled_turns, load_stories, stitch
 from chunktree.track.decide import Thresholds
 from chunktree.track.forest import Forest
@@ -192,7 +192,7 @@ def score_context(turns: list[Turn], contexts: list[dict[str, tuple[list[int], i
 
 
 def embed_turns(dialogues: list[list[Turn]], embedder: Any, cache: EmbeddingCache | None,
-                progress: bool) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+                progress: Progress) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """Each dialogue's user vectors, node vectors (user and assistant text together) and tokens per turn."""
     texts = [t for d in dialogues for turn in d for t in (turn.user, f"{turn.user}\n{turn.assistant}")]
     vectors, _ = embed_texts(texts, embedder, cache, progress=progress, prompt="query")
@@ -224,7 +224,7 @@ def run_forest(turns: list[Turn], user_vectors: np.ndarray, node_vectors: np.nda
 
 
 def calibrate(path: str | Path, *, embedder: Any, cache: EmbeddingCache | None = None, dialogues: int = 30,
-              length: int = 40, seed: int = 0, progress: bool = False) -> dict[str, Any]:
+              length: int = 40, seed: int = 0, progress: Progress = False) -> dict[str, Any]:
     """Grid search of the thresholds on the first half of the stories: the setting with the best
     mean of boundary F1 and return accuracy."""
     stories = load_stories(path)
@@ -260,7 +260,7 @@ def summarise(rows: list[dict[str, float]], seed: int) -> dict[str, dict[str, fl
 
 def evaluate(path: str | Path, *, embedder: Any, cache: EmbeddingCache | None = None,
              thresholds: Thresholds | None = None, dialogues: int = 30, lengths: tuple[int, ...] = LENGTHS,
-             seed: int = 0, progress: bool = False, decider: Any = None) -> dict[str, Any]:
+             seed: int = 0, progress: Progress = False, decider: Any = None) -> dict[str, Any]:
     """The metrics per dialogue length, on the second half of the stories (``decider`` as
     ``Forest`` takes it; ``thresholds`` are the threshold rule's)."""
     integer(dialogues, "dialogues", 1)
@@ -292,7 +292,7 @@ def placed_as_labelled(topics: list[Any], trees: list[int]) -> float:
 
 
 def evaluate_chats(dialogues: list[LabelledDialogue], *, embedder: Any, cache: EmbeddingCache | None = None,
-                   decider: Any = None, seed: int = 0, progress: bool = False) -> dict[str, Any]:
+                   decider: Any = None, seed: int = 0, progress: Progress = False) -> dict[str, Any]:
     """Chats with a topic per turn, each as written: for the forest (``decider`` as ``Forest``
     takes it) and the threshold rule, the share of turns placed as labelled, topic assignment,
     boundaries, Pk, WindowDiff and return accuracy; the forest's context frontier

@@ -37,7 +37,7 @@ import numpy as np
 from chunktree.checks import InvalidValueError, integer
 from chunktree.engine.cache import EmbeddingCache
 from chunktree.engine.embedding import embed_texts
-from chunktree.progress import tracked
+from chunktree.progress import Progress, tracked
 from chunktree.track.data import SESSION, is_locomo, locomo_sittings, read_json
 from chunktree.track.evaluate import _fill
 from chunktree.track.forest import Forest
@@ -194,7 +194,7 @@ def clustered(groups: list[list[float]], seed: int = 0, resamples: int = 2000) -
 
 def evaluate_locomo(conversations: list[LocomoConversation], *, embedder: Any, cache: EmbeddingCache | None = None,
                     budgets: tuple[int, ...] = BUDGETS, decider: Any = None, seed: int = 0,
-                    progress: bool = False) -> dict[str, Any]:
+                    progress: Progress = False) -> dict[str, Any]:
     """``evaluate_conversation`` on each conversation, then each method's mean evidence recall at
     each budget, over all questions and by kind, with 95% bootstrap intervals that resample
     whole conversations (``clustered``), and the forest's

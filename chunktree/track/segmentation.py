@@ -22,7 +22,7 @@ import numpy as np
 from chunktree.checks import InvalidValueError
 from chunktree.engine.cache import EmbeddingCache
 from chunktree.engine.embedding import embed_texts
-from chunktree.progress import tracked
+from chunktree.progress import Progress, tracked
 from chunktree.track.data import SegmentedDialogue, Turn
 from chunktree.track.decide import Thresholds
 from chunktree.track.evaluate import (
@@ -101,7 +101,7 @@ def baseline_even(labels: np.ndarray) -> np.ndarray:
 
 
 def evaluate_segmentation(dialogues: list[SegmentedDialogue], embedder: Any, cache: EmbeddingCache | None = None, *,
-                          decider: Any = None, seed: int = 0, progress: bool = False) -> dict[str, Any]:
+                          decider: Any = None, seed: int = 0, progress: Progress = False) -> dict[str, Any]:
     """Pk, WindowDiff and boundary scores of the forest (``decider``: as ``Forest`` takes it) and of
     the threshold rule, random and even baselines, averaged over dialogues with 95% bootstrap
     intervals; the forest's context frontier (``evaluate.score_context``, each segment a topic);

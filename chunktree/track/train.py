@@ -16,6 +16,7 @@ import numpy as np
 
 from chunktree.checks import InvalidValueError, integer, number, positive_int
 from chunktree.engine.embedding import embed_texts
+from chunktree.progress import Progress
 from chunktree.track.data import LabelledDialogue, has_returns, labelled_turns
 from chunktree.track.decide import Thresholds
 from chunktree.track.evaluate import run_forest, score_dialogue
@@ -121,7 +122,7 @@ def teacher_forced(dialogue: LabelledDialogue, user_vectors: np.ndarray, node_ve
 
 
 def embed_dialogues(dialogues: list[LabelledDialogue], embedder: Any, cache: Any = None,
-                    progress: bool = False) -> list[tuple[np.ndarray, np.ndarray]]:
+                    progress: Progress = False) -> list[tuple[np.ndarray, np.ndarray]]:
     """Each dialogue's user vectors and node vectors (user and assistant text together), in one pass."""
     texts = [t for d in dialogues for user, assistant, _ in d.turns
              for t in (user, user if not assistant else f"{user}\n{assistant}")]
@@ -164,7 +165,7 @@ def choose_return_similarity(decider: LearnedDecider, dialogues: list[LabelledDi
 
 def fit(dialogues: list[LabelledDialogue], embedder: Any, cache: Any = None, *, hidden: int = DEFAULT_HIDDEN,
         l2: float = DEFAULT_L2, threshold: float = DEFAULT_THRESHOLD, info: dict[str, Any] | None = None,
-        progress: bool = False) -> LearnedDecider:
+        progress: Progress = False) -> LearnedDecider:
     """Fit a decider on ``dialogues``: the weights (``hidden`` tanh units; a logistic regression
     with ``hidden=0`` or on fewer than ``MIN_NETWORK_PAIRS`` turn-tree pairs), then
     ``return_similarity`` on those with returns (None when none has one). ``info["hidden"]`` says

@@ -35,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from chunktree.apps.serve.http import Limits
+from chunktree.progress import Progress
 
 # Weight of the newest model call in the rate estimate.
 RATE_WEIGHT = 0.3
@@ -219,7 +220,7 @@ class BatchedEmbedder:
         self._cancelled = False
         self._future: concurrent.futures.Future[Any] | None = None
 
-    def embed(self, texts: Sequence[str], *, progress: bool = False) -> np.ndarray:
+    def embed(self, texts: Sequence[str], *, progress: Progress = False) -> np.ndarray:
         if self._cancelled:
             raise Abandoned
         self._future = asyncio.run_coroutine_threadsafe(self._batcher.embed(list(texts)), self._loop)

@@ -35,7 +35,7 @@ from chunktree.engine.order import order
 from chunktree.engine.read import read
 from chunktree.engine.read.llm import Completion
 from chunktree.paths import cache_dir
-from chunktree.progress import tracked
+from chunktree.progress import Progress, tracked
 
 LLM_ORDERS = ("document", "dense", "bfs", "dense_tree", "runs")
 
@@ -116,7 +116,7 @@ def evaluate_llm(
     memory_tokens: int = 256,
     window_tokens: int = 4096,
     concurrency: int = 4,
-    progress: bool = False,
+    progress: Progress = False,
 ) -> dict[str, Any]:
     """Read every question under each order with ``llm`` and score the answers; returns the
     per-kind summary (EM and F1 with bootstrap intervals and paired differences), the token tally

@@ -39,7 +39,7 @@ from chunktree.engine.evaluate.data import Passage, Question, evaluable
 from chunktree.engine.evaluate.stats import bootstrap
 from chunktree.engine.order import DEFAULT_BLEND, order
 from chunktree.engine.read.extractive import MEMORY_AWARE_WEIGHT, ExtractiveWorker, Sentences
-from chunktree.progress import tracked
+from chunktree.progress import Progress, tracked
 
 ORDERS = ("document", "dense", "bfs", "dfs", "guided", "dense_tree", "runs", "random")
 READERS = {"query": 0.0, "memory": MEMORY_AWARE_WEIGHT}  # reader name -> memory_weight
@@ -93,7 +93,7 @@ def evaluate_orders(
     readers: dict[str, float] | None = None,
     blend: float = DEFAULT_BLEND,
     seed: int = 0,
-    progress: bool = False,
+    progress: Progress = False,
 ) -> dict[str, Any]:
     """Evaluate ``orders`` with each reader of ``readers`` (name -> memory_weight; default both
     shipped readers) on ``passages``; ``blend`` is the ``guided`` order's. Returns the summary

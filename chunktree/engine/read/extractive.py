@@ -38,6 +38,7 @@ from chunktree.engine.cache import EmbeddingCache
 from chunktree.engine.chunking import Chunk
 from chunktree.engine.embedding import embed_texts
 from chunktree.engine.read.memory import Step
+from chunktree.progress import Progress
 
 # The default reader is query-only: the memory-aware score kept less gold evidence on the shared
 # data at every weight tried (bench/eval_orders.py, both-gold retention per weight).
@@ -185,7 +186,7 @@ class Sentences:
 
     @classmethod
     def of(cls, texts: Sequence[str], embedder: Any, cache: EmbeddingCache | None = None,
-           progress: bool = False, boilerplate: bool = False) -> Sentences:
+           progress: Progress = False, boilerplate: bool = False) -> Sentences:
         """The quotable sentences of ``texts`` (``boilerplate``: licence and copyright lines too);
         a sentence that introduces a list (it ends with a colon) carries the list's items."""
         spans, own_ends = [], []

@@ -46,7 +46,7 @@ from chunktree.engine.read.llm_worker import (
 from chunktree.engine.read.memory import Step, Tokens, empty_memory
 from chunktree.engine.results import dumps
 from chunktree.files import replacing
-from chunktree.progress import tracked
+from chunktree.progress import Progress, tracked
 
 PROMPT_KEYS = ("worker", "worker_summary", "manager", "manager_summary")
 
@@ -110,7 +110,7 @@ def read(
     embedder: Any = None,
     cache: EmbeddingCache | None = None,
     trace: str | Path | None = None,
-    progress: bool = False,
+    progress: Progress = False,
 ) -> ReadResult:
     """Read ``chunks`` in order with bounded memory and answer ``query`` (or summarise).
 
@@ -198,7 +198,7 @@ def read(
 
 def _extractive_worker(texts: list[str], provenance: list[Chunk | None], query: str | None, embedder: Any,
                        cache: EmbeddingCache | None, memory_tokens: int, memory_weight: float,
-                       progress: bool = False) -> ExtractiveWorker:
+                       progress: Progress = False) -> ExtractiveWorker:
     """The extractive worker for these texts: sentences scored by similarity to the query, or
     without a query to the centroid of all sentences; licence and copyright lines only for a query
     that asks about them."""
