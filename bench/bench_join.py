@@ -19,8 +19,8 @@ import numpy as np
 import pytest
 from conftest import summary
 
+from chunktree.engine.datasets import synthetic_embeddings
 from chunktree.engine.order import DEFAULT_K, DEFAULT_PROBES, JOIN_PER_ROW, sparse_neighbours
-from chunktree.engine.scale import synthetic_embeddings
 from chunktree.kernels import forest, join
 
 N = int(os.environ.get("CHUNKTREE_BENCH_JOIN_N", 300_000))

@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 from conftest import summary
 
+from chunktree.engine.datasets import synthetic_embeddings
 from chunktree.engine.order import order, sparse_neighbours
-from chunktree.engine.scale import synthetic_embeddings
 
 LARGE = os.environ.get("CHUNKTREE_BENCH_LARGE") == "1"
 

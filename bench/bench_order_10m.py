@@ -7,7 +7,7 @@ of the run and of each of its stages, and the recall of its neighbour lists.
     CHUNKTREE_BENCH_LARGE_SHAPE=topics CHUNKTREE_BENCH_LARGE_TOPICS=100000 \
         python -m pytest bench/bench_order_10m.py                                # 100,000 small topics
 
-The grain of the data is a parameter. The vectors are ``chunktree.engine.scale.synthetic`` of
+The grain of the data is a parameter. The vectors are ``chunktree.apps.scale.synthetic`` of
 ``CHUNKTREE_BENCH_LARGE_SHAPE`` in ``CHUNKTREE_BENCH_LARGE_TOPICS`` topics: by default ``text``,
 100 topics of 20 sub-topics shaped like all-MiniLM-L6-v2 embeddings of real text (a few large
 topics); ``topics`` with 100,000 topics makes many small ones, about 100 rows each at 10M. They
@@ -48,8 +48,8 @@ import numpy as np
 import pytest
 from conftest import summary
 
+from chunktree.engine.datasets import synthetic
 from chunktree.engine.order import DEFAULT_K, DEFAULT_PROBES, sparse_neighbours
-from chunktree.engine.scale import synthetic
 from chunktree.kernels.topk import recall_of_rows, topk_exact
 
 N = int(os.environ.get("CHUNKTREE_BENCH_LARGE_N", "10000000"))

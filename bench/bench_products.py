@@ -3,7 +3,7 @@
     python -m pytest bench/bench_products.py                                     # n = 1,000,000
     CHUNKTREE_BENCH_PRODUCTS_N=200000 python -m pytest bench/bench_products.py   # any n
 
-On the synthetic data (``chunktree.engine.scale.synthetic_embeddings``, kept as float16 as
+On the synthetic data (``chunktree.apps.scale.synthetic_embeddings``, kept as float16 as
 ``order`` keeps it) with 2·sqrt(n) centres, the three stages of ``order``'s sparse method that
 are matrix products, each once with float32 products (numpy's BLAS) and once with bf16 products
 (``chunktree.kernels.bf16``): the centres (``spherical_kmeans``), the probe lists of every row
@@ -20,8 +20,8 @@ import numpy as np
 import pytest
 from conftest import summary
 
+from chunktree.engine.datasets import synthetic_embeddings
 from chunktree.engine.order import DEFAULT_K, DEFAULT_PROBES, PROBE_GAP
-from chunktree.engine.scale import synthetic_embeddings
 from chunktree.kernels import bf16
 from chunktree.kernels.kmeans import spherical_kmeans
 from chunktree.kernels.topk import ClusterIndex, probe_lists, row_block_size, search_rows

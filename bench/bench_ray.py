@@ -23,8 +23,8 @@ from conftest import summary
 ray = pytest.importorskip("ray")
 
 from chunktree.engine import distributed  # noqa: E402
+from chunktree.engine.datasets import synthetic_embeddings  # noqa: E402
 from chunktree.engine.order import order  # noqa: E402
-from chunktree.engine.scale import synthetic_embeddings  # noqa: E402
 
 N = int(os.environ.get("CHUNKTREE_BENCH_RAY_N", "200000"))
 

@@ -22,7 +22,7 @@ import pytest
 from conftest import summary
 
 from chunktree import MiniBatchKMeans
-from chunktree.engine.scale import synthetic_embeddings
+from chunktree.engine.datasets import synthetic_embeddings
 from chunktree.kernels.kmeans import assign
 
 CASES = [(20000, 10), (20000, 100), (100000, 10), (100000, 100)]

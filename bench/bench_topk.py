@@ -4,7 +4,7 @@
     CHUNKTREE_BENCH_TOPK_N=200000 python -m pytest bench/bench_topk.py       # any n
     CHUNKTREE_BENCH_TOPK_TOPICS=5000 python -m pytest bench/bench_topk.py    # fuzzy: 5,000 fine topics
 
-On the synthetic data (``chunktree.engine.scale.synthetic_embeddings``, 100 topics unless set),
+On the synthetic data (``chunktree.apps.scale.synthetic_embeddings``, 100 topics unless set),
 top-16 of every row, recall@16 on 1,000 sampled rows against exact neighbours:
 1. centres: chunktree's ``spherical_kmeans`` against ``faiss.Kmeans`` (spherical, 10 iterations, 64
    points per centre, the same 2·sqrt(n) centres), and the recall of the search after each;
@@ -23,8 +23,8 @@ import numpy as np
 import pytest
 from conftest import summary
 
+from chunktree.engine.datasets import synthetic_embeddings
 from chunktree.engine.order import sparse_neighbours
-from chunktree.engine.scale import synthetic_embeddings
 from chunktree.kernels.kmeans import spherical_kmeans
 from chunktree.kernels.topk import exact_sims_of_rows, recall_of_rows, topk_clustered
 

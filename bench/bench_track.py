@@ -30,7 +30,7 @@ from bench_serve import start_server
 from conftest import summary
 
 from chunktree import Embedder
-from chunktree.engine.scale import synthetic_embeddings
+from chunktree.engine.datasets import synthetic_embeddings
 from chunktree.track import Forest
 
 SIZES = (10, 100, 1000, 10000)

@@ -41,8 +41,8 @@ def test_a_callable_gets_every_line_and_nothing_is_written(monkeypatch, capfd):
     counters' lines (K-means, the search, the writing) and the stage lines alike."""
     import numpy as np
 
+    from chunktree.engine.datasets import synthetic_embeddings
     from chunktree.engine.order import order
-    from chunktree.engine.scale import synthetic_embeddings
     from chunktree.progress import say
 
     monkeypatch.setenv("CHUNKTREE_PROGRESS_SECONDS", "0")

@@ -67,8 +67,8 @@ def test_order_on_ray_equals_order_in_one_process(cluster):
 def test_a_memory_mapped_float16_file_is_mapped_by_the_tasks_and_gives_the_same_order(cluster, tmp_path):
     """Above EXACT_MAX_N rows (the probe gap applies); the tasks map the file instead of getting
     a copy of it through the object store."""
+    from chunktree.engine.datasets import synthetic_embeddings
     from chunktree.engine.inputs import prepare
-    from chunktree.engine.scale import synthetic_embeddings
 
     np.save(tmp_path / "x.npy", synthetic_embeddings(24_000, topics=40, seed=5).astype(np.float16))
     mapped = np.load(tmp_path / "x.npy", mmap_mode="r")

@@ -164,7 +164,7 @@ def test_predict_errors():
 def test_many_clusters_stay_close_to_full_kmeans():
     """Mini-batch steps at K = 400 at n = 20,000: with the default 1,024-row batches a step saw 2.5 rows per centre and
     the inertia ended 3.4% above scikit-learn's KMeans; the batch now holds 8 rows per centre."""
-    from chunktree.engine.scale import synthetic_embeddings
+    from chunktree.engine.datasets import synthetic_embeddings
 
     x = synthetic_embeddings(20000, d=48, topics=100, seed=3)
     reference = sklearn_kmeans(400, n_init=1, random_state=0, max_iter=50).fit(x).inertia_

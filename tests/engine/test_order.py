@@ -259,8 +259,8 @@ def test_sparse_joins_a_disconnected_topk_graph():
 
 
 def test_sparse_refines_fuzzy_neighbour_lists_and_measures_their_recall():
+    from chunktree.engine.datasets import synthetic_embeddings
     from chunktree.engine.order import sparse_neighbours
-    from chunktree.engine.scale import synthetic_embeddings
     from chunktree.kernels.kmeans import spherical_kmeans
     from chunktree.kernels.topk import topk_clustered, topk_exact
 

@@ -13,10 +13,10 @@ import pytest
 
 import chunktree.checks
 from chunktree.checks import InvalidValueError
+from chunktree.engine.datasets import synthetic_embeddings
 from chunktree.engine.inputs import prepare
 from chunktree.engine.memory import StageMeter, planned_peak_bytes, resident_bytes
 from chunktree.engine.order import order
-from chunktree.engine.scale import synthetic_embeddings
 
 
 @pytest.fixture

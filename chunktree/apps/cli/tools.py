@@ -9,9 +9,10 @@ from pathlib import Path
 from typing import Any
 
 from chunktree.apps.cli import common, options
+from chunktree.apps.scale import DEFAULT_SIZES
 from chunktree.checks import InvalidValueError, require
+from chunktree.engine.datasets import SHAPES
 from chunktree.engine.results import dumps
-from chunktree.engine.scale import DEFAULT_SIZES, SHAPES
 from chunktree.files import FolderLock
 from chunktree.models.registry import DEFAULT_MODEL
 
@@ -119,7 +120,7 @@ def register(sub: Any) -> None:
 
 
 def cmd_scale(args: argparse.Namespace) -> int:
-    from chunktree.engine.scale import sweep, write_report
+    from chunktree.apps.scale import sweep, write_report
 
     if not args.no_plots:
         require("matplotlib", "plot", "the plots of chunktree scale (or give --no-plots)")
