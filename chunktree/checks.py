@@ -159,6 +159,26 @@ def unicode(value: str, name: str) -> str:
 UNIT_TOLERANCE = 1e-6
 # The same for float16 rows: rounding each value to float16 moves a unit row's norm by about 1e-4.
 UNIT_TOLERANCE_F16 = 2e-3
+# A stored vector (the embedding cache's, a saved forest's) was unit when written: past this, the
+# file was damaged.
+STORED_UNIT_TOLERANCE = 1e-3
+NORM_FLOOR = 1e-12  # ``normalised`` divides by at least this: a zero vector stays zero
+
+
+def normalised(x: np.ndarray) -> np.ndarray:
+    """``x`` scaled to unit L2 norm along its last axis (a vector, or each row of a matrix), in
+    ``x``'s float type; a zero vector stays zero. The one normalisation of the package, bar
+    ``unit_rows``, which also checks and works a block at a time."""
+    return x / np.maximum(np.linalg.norm(x, axis=-1, keepdims=True), NORM_FLOOR)
+
+
+def is_unit(x: np.ndarray, tolerance: float = UNIT_TOLERANCE) -> np.ndarray:
+    """Whether each vector along the last axis of ``x`` is finite with an L2 norm within
+    ``tolerance`` of 1 (a bool, or one per row)."""
+    x = np.asarray(x, dtype=np.float64)
+    finite = np.isfinite(x).all(axis=-1)
+    norms = np.sqrt(np.einsum("...i,...i->...", np.where(np.isfinite(x), x, 0.0), np.where(np.isfinite(x), x, 0.0)))
+    return finite & (np.abs(norms - 1.0) <= tolerance)
 
 
 def check_array(x: Any, name: str = "X") -> np.ndarray:

@@ -68,3 +68,19 @@ def test_errors_carry_the_parameter_their_message_begins_with():
             check()
         assert caught.value.param and str(caught.value).startswith(caught.value.param)
     assert InvalidValueError("no parameter here").param is None
+
+
+def test_normalised_and_is_unit():
+    """normalised scales each row (or a vector) to unit norm against numpy's own norm, leaves a zero
+    vector zero and keeps the float type; is_unit holds for finite rows within the tolerance only."""
+    from chunktree.checks import STORED_UNIT_TOLERANCE, is_unit, normalised
+
+    x = np.array([[3.0, 4.0], [0.0, 0.0], [1e-3, 0.0]], np.float32)
+    got = normalised(x)
+    assert got.dtype == np.float32
+    np.testing.assert_allclose(got, [[0.6, 0.8], [0.0, 0.0], [1.0, 0.0]], atol=1e-7)
+    np.testing.assert_allclose(normalised(np.array([0.0, 2.0])), [0.0, 1.0])
+    assert is_unit(got).tolist() == [True, False, True]
+    assert is_unit(np.array([[1.0005, 0.0], [np.nan, 1.0], [np.inf, 0.0]]), STORED_UNIT_TOLERANCE).tolist() == [
+        True, False, False]
+    assert not is_unit(np.array([1.0005, 0.0]))  # the float32 tolerance is far tighter

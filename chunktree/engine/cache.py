@@ -36,7 +36,7 @@ from pathlib import Path
 
 import numpy as np
 
-from chunktree.checks import InvalidValueError
+from chunktree.checks import STORED_UNIT_TOLERANCE, InvalidValueError, is_unit
 from chunktree.paths import cache_dir
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,7 @@ def _verified(model: str, key: bytes, dim: int, blob: bytes, checksum: bytes | N
     v = np.frombuffer(blob, dtype=np.float32)
     if checksum is not None:
         return v if row_checksum(model, key, blob) == checksum else None
-    return v if np.isfinite(v).all() and abs(float(v @ v) - 1.0) < 1e-3 else None
+    return v if is_unit(v, STORED_UNIT_TOLERANCE) else None
 
 
 class EmbeddingCache:

@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from chunktree.checks import SEED_MAX, InvalidTypeError, InvalidValueError, integer, positive_int
+from chunktree.checks import SEED_MAX, InvalidTypeError, InvalidValueError, integer, normalised, positive_int
 from chunktree.engine.cache import EmbeddingCache
 from chunktree.engine.chunking import Chunk
 from chunktree.engine.embedding import EmbedStats
@@ -338,7 +338,7 @@ def _covering_clusters(x: np.ndarray, k: int, seed: int) -> tuple[np.ndarray, np
     full = sizes > 0
     medoids = by_cluster[starts[full]]
     weight = np.sqrt(sizes[full].astype(np.float64))
-    unit = x[medoids] / np.maximum(np.linalg.norm(x[medoids], axis=1, keepdims=True), 1e-12)
+    unit = normalised(x[medoids])
     sim = np.maximum(unit @ unit.T, 0.0).astype(np.float64)
     best = np.zeros(medoids.size)
     chosen: list[int] = []

@@ -27,7 +27,7 @@ from typing import Any
 
 import numpy as np
 
-from chunktree.checks import InvalidTypeError, InvalidValueError, one_of, optional_positive_int, positive_int
+from chunktree.checks import InvalidTypeError, InvalidValueError, normalised, one_of, optional_positive_int, positive_int
 from chunktree.engine.cache import EmbeddingCache
 from chunktree.engine.embedding import embed_texts
 from chunktree.engine.order import DEFAULT_STRATEGY, METHODS, STRATEGIES, order
@@ -122,7 +122,7 @@ class Ranking:
         for i, e in enumerate(embeddings):
             v = None if e is None or not self.use_embeddings else np.asarray(e, dtype=np.float32).ravel()
             if v is not None and v.size == dim and np.all(np.isfinite(v)) and np.any(v):
-                x[i] = v / np.linalg.norm(v)
+                x[i] = normalised(v)
             else:
                 missing.append(i)
         if missing:

@@ -24,6 +24,7 @@ import numpy as np
 from numba import njit, prange
 from threadpoolctl import threadpool_limits
 
+from chunktree.checks import normalised
 from chunktree.kernels.forest import descending_keys, kruskal, max_spanning_forest
 from chunktree.kernels.rows import gathered, readonly, take
 
@@ -536,7 +537,7 @@ def join_components(x: np.ndarray, labels: np.ndarray, candidates: int = 2, per_
             groups = [members[bounds[g]:bounds[g + 1]] for g in range(c)]
             sums = component_sums(x, members, bounds)
             pairs = _partners(sums, np.diff(bounds), candidates)
-            centres = (sums / np.maximum(np.linalg.norm(sums, axis=1, keepdims=True), 1e-12)).astype(np.float32)
+            centres = normalised(sums).astype(np.float32)
             edges, spare = _pair_edges(x, groups, centres, pairs, per_row, settings)
             spare_all.append(spare)
             e_src = np.array([e[0] for e in edges], dtype=np.int64)
@@ -568,6 +569,5 @@ def load_kernels() -> None:
     searched by ``_reach_best`` in the one of at most ``kernel_side`` rows and by BLAS in the
     other). The kernels read the vectors through read-only views (``rows.readonly``), so one join
     loads them for writable and read-only vectors alike."""
-    x = np.random.default_rng(0).standard_normal((2540, 8)).astype(np.float32)
-    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    x = normalised(np.random.default_rng(0).standard_normal((2540, 8)).astype(np.float32))
     join_components(x, np.repeat(np.arange(4), [2300, 130, 100, 10]), candidates=3, per_row=1)

@@ -13,6 +13,7 @@ from collections.abc import Callable
 import numpy as np
 from numba import njit
 
+from chunktree.checks import normalised
 from chunktree.kernels.topk import probe_lists
 
 DEFAULT_BLOCK = 4096
@@ -126,9 +127,8 @@ def spherical_kmeans(x: np.ndarray, k: int, seed: int = 0, iters: int = 10,
     for _ in range(iters):
         labels = probe_lists(xs, centers, 1, bf16=bf16)[:, 0]
         sums, counts = center_sums(xs, labels, k)
-        norms = np.linalg.norm(sums, axis=1)
-        moved = (counts > 0) & (norms > 0)
-        centers[moved] = (sums[moved] / norms[moved, None]).astype(np.float32)
+        moved = (counts > 0) & sums.any(axis=1)
+        centers[moved] = normalised(sums[moved]).astype(np.float32)
         if done is not None:
             done(1)
     return centers

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from chunktree.checks import ChunktreeError, InvalidTypeError, InvalidValueError, positive_int, unicode
+from chunktree.checks import ChunktreeError, InvalidTypeError, InvalidValueError, normalised, positive_int, unicode
 from chunktree.models import backends, onnx_file, quantize, registry, source
 from chunktree.paths import cache_dir
 from chunktree.progress import Progress, tracked
@@ -283,9 +283,7 @@ class Embedder:
         owner_arr = np.asarray(owner, dtype=np.int64)
         weights = np.maximum(lengths - self.special_tokens, 1).astype(np.float32)
         np.add.at(out, owner_arr, vectors * weights[:, None])
-        norms = np.linalg.norm(out, axis=1, keepdims=True)
-        out /= np.maximum(norms, 1e-12)
-        return out
+        return normalised(out)
 
     def pass_widths(self, lengths: np.ndarray) -> np.ndarray:
         """Each window's width in a forward pass: its token count, padded up to a multiple of the

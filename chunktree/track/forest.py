@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from chunktree.checks import InvalidValueError, integer, json_loads, positive_int, text
+from chunktree.checks import InvalidValueError, integer, json_loads, normalised, positive_int, text
 from chunktree.engine.cache import EmbeddingCache
 from chunktree.engine.embedding import embed_texts
 from chunktree.engine.inputs import default_embedder
@@ -211,7 +211,7 @@ class Forest:
             top = int(rows[int(np.argmax(sims[rows]))])
             recent_sim = float(sims[recent].max())
             candidates.append(Candidate(tree.id, tree.anchor, recent_sim, top, float(sims[top])))
-            mean = tree.sum / max(float(np.linalg.norm(tree.sum)), 1e-12)
+            mean = normalised(tree.sum)
             overlap = len(turn_words & tree.words) / max(1, len(turn_words))
             base.append((sims[tree.anchor], recent_sim, sims[top], mean @ v, np.log1p(len(rows)),
                          np.log1p(n - tree.last_turn), np.log1p(len(turn_words)), overlap, connective, anaphor))

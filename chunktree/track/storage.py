@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from chunktree.checks import ChunktreeError, InvalidValueError, json_loads, unicode
+from chunktree.checks import STORED_UNIT_TOLERANCE, ChunktreeError, InvalidValueError, is_unit, json_loads, unicode
 
 FORMAT, VERSION = "chunktree-forest", 1
 
@@ -118,10 +118,10 @@ def check_document(data: dict[str, Any], dim: int) -> tuple[list[Node], np.ndarr
     if len(raw) != 4 * dim * len(nodes):
         raise ForestFileError(f"vectors: {len(raw)} bytes; {len(nodes)} nodes of {dim} float32 need {4 * dim * len(nodes)}")
     vectors = np.frombuffer(raw, dtype="<f4").reshape(len(nodes), dim)
-    norms = np.linalg.norm(vectors, axis=1) if len(nodes) else np.ones(0)
-    bad_rows = np.flatnonzero(~np.isfinite(vectors).all(axis=1) | (np.abs(norms - 1) > 1e-3))
+    bad_rows = np.flatnonzero(~is_unit(vectors, STORED_UNIT_TOLERANCE))
     if bad_rows.size:
-        raise ForestFileError(f"vectors[{int(bad_rows[0])}]: not a finite unit vector (norm {norms[bad_rows[0]]:.4g})")
+        norm = float(np.linalg.norm(vectors[bad_rows[0]]))
+        raise ForestFileError(f"vectors[{int(bad_rows[0])}]: not a finite unit vector (norm {norm:.4g})")
     return nodes, vectors
 
 

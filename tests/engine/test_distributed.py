@@ -103,7 +103,8 @@ def test_cli_order_on_a_running_cluster(cluster, tmp_path, capsys):
     np.save(tmp_path / "x.npy", x)
     (tmp_path / "x.jsonl").write_text("".join(json.dumps({"id": i, "text": f"chunk {i}", "source": "s", "index": i,
                                                           "start": 0, "end": 1}) + "\n" for i in range(800)))
-    args = ["order", "--embeddings", str(tmp_path / "x.npy"), "--method", "sparse", "--format", "json", "--top", "1"]
+    args = ["order", "--embeddings", str(tmp_path / "x.npy"), "--method", "sparse", "--format", "json", "--top", "1",
+            "--no-cache"]  # vectors given: nothing to embed, and no share of the session's cache file
     assert main(args) == 0  # the plain run in this process; the one on Ray in a process of its own
     plain = loads(capsys.readouterr().out)
     # The documented steps for a real cluster: join a running one by its address.

@@ -36,7 +36,7 @@ import numpy as np
 from chunktree.apps.serve.batcher import BatchedEmbedder, Overloaded, QueueTimeout
 from chunktree.apps.serve.http import HTTPError, optional_field, texts_field, token_ids_field, vectors_field
 from chunktree.apps.serve.service import Service
-from chunktree.checks import ChunktreeError, InvalidValueError, unicode, visible
+from chunktree.checks import ChunktreeError, InvalidValueError, normalised, unicode, visible
 from chunktree.engine.order import DEFAULT_STRATEGY, order
 from chunktree.engine.select import select
 
@@ -120,7 +120,7 @@ async def embeddings(service: Service, body: dict[str, Any], params: dict[str, s
         texts = [prefix + t for t in texts_field(body, "input", limits, allow_single=True)]
         vectors, tokens = await _embed_cached(service, texts, e, batcher)
     if dims is not None and dims < e.dim:  # Matryoshka: the leading dimensions, normalised again
-        vectors = vectors[:, :dims] / np.maximum(np.linalg.norm(vectors[:, :dims], axis=1, keepdims=True), 1e-12)
+        vectors = normalised(vectors[:, :dims])
     data = []
     for i, v in enumerate(vectors):
         value: Any = base64.b64encode(v.astype("<f4").tobytes()).decode() if fmt == "base64" else v

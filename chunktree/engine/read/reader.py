@@ -21,9 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
-from chunktree.checks import InvalidValueError, integer, number, one_of, text
+from chunktree.checks import InvalidValueError, integer, normalised, number, one_of, text
 from chunktree.engine.cache import EmbeddingCache
 from chunktree.engine.chunking import Chunk
 from chunktree.engine.embedding import embed_texts
@@ -208,5 +206,5 @@ def _extractive_worker(texts: list[str], provenance: list[Chunk | None], query: 
         target = embed_texts([query], embedder, cache, prompt="query")[0][0]
     else:  # summarising: closeness to the whole text's centroid
         centroid = sentences.vectors.mean(axis=0)
-        target = centroid / max(float(np.linalg.norm(centroid)), 1e-12)
+        target = normalised(centroid)
     return ExtractiveWorker(sentences, sentences.vectors @ target, memory_tokens, texts, provenance, memory_weight)
