@@ -152,18 +152,29 @@ class Forest:
 
     # -- placing turns -------------------------------------------------------------------------
 
-    def add(self, user: str, assistant: str | None = None) -> Decision:
+    def add(self, user: str, assistant: str | None = None, *, embedder: Any = None) -> Decision:
         """Place a turn and make it the current node.
 
         The decision uses the user text only (the reply is not known when the next context is
-        built); the node's vector is that of user and assistant text together.
+        built); the node's vector is that of user and assistant text together. ``embedder``: the
+        forest's model reached another way for this call (a service's micro-batcher); its vectors
+        must be the forest's (the same ``vectors_id``).
         """
         text(user, "user")
         if assistant is not None and not isinstance(assistant, str):
             raise InvalidValueError(f"assistant must be a string or None; got {type(assistant).__name__}")
         whole = user if not assistant else f"{user}\n{assistant}"
-        vectors, _ = embed_texts([user, whole], self.embedder, self.cache, prompt="query")
+        vectors, _ = embed_texts([user, whole], self._embedder_for(embedder), self.cache, prompt="query")
         return self._place(user, assistant, vectors[0], vectors[1])
+
+    def _embedder_for(self, embedder: Any) -> Any:
+        """The embedder of a call: the forest's, or one that makes the same vectors."""
+        if embedder is None:
+            return self.embedder
+        if embedder.vectors_id != self.embedder.vectors_id:
+            raise InvalidValueError(f"embedder makes the vectors of {embedder.model_id!r}; this forest holds those of "
+                                    f"{self.embedder.model_id!r}", param="embedder")
+        return embedder
 
     def _place(self, user: str, assistant: str | None, v: np.ndarray, node_vector: np.ndarray) -> Decision:
         t = self.thresholds
@@ -341,9 +352,10 @@ class Forest:
         first, last = self.nodes[tree.node_ids[0]].summary, self.nodes[tree.anchor].summary
         return first if first == last else f"{first} … {last}"
 
-    def context(self, budget_tokens: int | None = None, *, query: str | None = None) -> Context:
+    def context(self, budget_tokens: int | None = None, *, query: str | None = None, embedder: Any = None) -> Context:
         """The context for the next turn, or, with ``query``, for a question about the
-        conversation that is not itself a turn of it (nothing is added to the forest).
+        conversation that is not itself a turn of it (nothing is added to the forest; ``embedder``
+        embeds the query, as ``add`` takes it).
 
         The turns the answer most likely needs, verbatim, as user and assistant messages in the
         order of the conversation, after one system message listing every other topic and every
@@ -365,7 +377,8 @@ class Forest:
             return Context([], 0, [], False, [], [])
         n = len(self.nodes)
         current = self.current if query is None else None
-        vector = None if query is None else embed_texts([query], self.embedder, self.cache, prompt="query")[0][0]
+        vector = None if query is None else embed_texts([query], self._embedder_for(embedder), self.cache,
+                                                        prompt="query")[0][0]
         features = self.relevance_features(current, vector, query or "")
         p = relevance(features)
         if current is not None:

@@ -350,7 +350,7 @@ def test_error_types_follow_the_status(embedder, monkeypatch):
         assert (r.status_code, r.json()["error"]["type"]) == (401, "authentication_error")
         r = HTTP.post(s.url + "/v1/embeddings", json={"input": ["y" * 300] * 8}, headers=auth)
         assert (r.status_code, r.json()["error"]["type"]) == (413, "request_too_large")
-        r = HTTP.post(s.url + "/v1/embeddings", json={"input": ["z"] * 9}, headers=auth)
+        r = HTTP.post(s.url + "/v1/embeddings", json={"input": [f"z{i}" for i in range(9)]}, headers=auth)  # 9 texts to embed
         assert (r.status_code, r.json()["error"]["type"]) == (503, "server_error")
         assert r.json()["error"]["code"] == "queue_full"
 
@@ -1256,3 +1256,40 @@ def test_prompt_name_puts_the_models_prompt_before_each_text(embedder, tmp_path_
                                    embedder.embed(["whales"])[0], atol=1e-5)
         with pytest.raises(BadRequestError, match=r"'prompt_name' must be one of \['document', 'passage', 'query'\]"):
             vector("tiny-e5", "whales", prompt_name="title")
+
+
+def test_a_text_repeated_in_one_request_is_embedded_once_and_counted_each_time(embedder):
+    """/v1/embeddings with a text given three times: the model embeds it once (the batch-size
+    histogram's sum counts the texts the model saw), every copy gets its vector, and usage counts
+    the tokens of every text as given."""
+    texts = ["Call me Ishmael.", "Call me Ishmael.", "The whale dived.", "Call me Ishmael."]
+
+    def embedded(url):
+        return next(float(line.split()[-1]) for line in HTTP.get(url + "/metrics").text.splitlines()
+                    if line.startswith("chunktree_batch_size_sum"))
+
+    with Served(create_app(embedder)) as s:
+        before = embedded(s.url)
+        reply = HTTP.post(s.url + "/v1/embeddings", json={"input": texts, "encoding_format": "float"}).json()
+        assert embedded(s.url) - before == 2
+    got = np.array([d["embedding"] for d in reply["data"]], dtype=np.float32)
+    np.testing.assert_allclose(got, embedder.embed(texts), atol=1e-5)
+    assert reply["usage"]["prompt_tokens"] == sum(len(embedder.tokenizer.encode(t, add_special_tokens=False).ids)
+                                                  for t in texts)
+
+
+def test_conversation_turns_use_the_service_cache(embedder, tmp_path):
+    """A turn's texts go through the service's embedding cache like every endpoint's: after a turn
+    the cache holds them (as the forest embeds them: its query prompt before each text)."""
+    from chunktree.engine.cache import EmbeddingCache
+
+    cache_path = tmp_path / "embeddings.sqlite"
+    with Served(create_app(embedder, cache=cache_path)) as s:
+        assert HTTP.post(s.url + "/v1/conversations", json={"id": "c1"}).status_code == 200
+        turn = HTTP.post(s.url + "/v1/conversations/c1/turns", json={"user": "How long should dough rise?"})
+        assert turn.status_code == 200, turn.text
+    prompt = embedder.prompt("query")
+    with EmbeddingCache(cache_path) as cache:
+        vectors, found = cache.get(embedder.vectors_id, [prompt + "How long should dough rise?"], embedder.dim)
+    assert found.all()
+    np.testing.assert_allclose(vectors[0], embedder.embed([prompt + "How long should dough rise?"])[0], atol=1e-5)

@@ -523,3 +523,31 @@ def test_a_chat_of_four_subjects_with_unannounced_returns(embedder):
     assert decisions[14].tree == first["lisbon"] and decisions[16].tree == first["faucet"]  # returns
     assert decisions[20].tree == first["tomatoes"] and "matches it strongly" in decisions[20].rule
     assert tree_of["tomatoes"] == first["tomatoes"]
+
+
+def test_a_call_may_embed_through_another_embedder_of_the_same_vectors(embedder):
+    """add(embedder=) and context(embedder=) embed through the embedder given (a service's
+    micro-batcher), which must make the forest's vectors; one of another model is refused."""
+    import types
+
+    calls = []
+
+    class Counting:
+        def __init__(self, inner):
+            self.inner = inner
+
+        def __getattr__(self, name):
+            return getattr(self.inner, name)
+
+        def embed(self, texts, **kwargs):
+            calls.append(list(texts))
+            return self.inner.embed(texts, **kwargs)
+
+    forest = Forest(embedder)
+    forest.add("How long should bread dough rise?", embedder=Counting(embedder))
+    forest.context(100, query="What about the temperature?", embedder=Counting(embedder))
+    assert len(calls) == 2 and "What about the temperature?" in calls[1][0]
+    other = types.SimpleNamespace(vectors_id="another-model@1", model_id="another-model")
+    with pytest.raises(ValueError, match="embedder makes the vectors of 'another-model'") as refused:
+        forest.add("And the oven?", embedder=other)
+    assert refused.value.param == "embedder" and len(forest.nodes) == 1

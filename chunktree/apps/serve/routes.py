@@ -153,13 +153,15 @@ async def _embed_cached(service: Service, texts: list[str], e: Any, batcher: Any
     missing = np.flatnonzero(~found)
     tokens = 0
     if missing.size:
-        todo = [texts[i] for i in missing]
+        todo = list(dict.fromkeys(texts[i] for i in missing))  # a repeated text is embedded once
         try:
             new, counts = await batcher.embed(todo)
         except (Overloaded, QueueTimeout) as exc:
             raise _refused(exc) from None
-        vectors[missing] = new
-        tokens += int(counts.sum())
+        row = {text: j for j, text in enumerate(todo)}
+        rows = [row[texts[i]] for i in missing]
+        vectors[missing] = new[rows]
+        tokens += int(counts[rows].sum())  # every text as given counts its tokens, repeats too
         if cache is not None:
             await asyncio.to_thread(cache.put, e.vectors_id, todo, new)
     if found.any():
@@ -214,7 +216,7 @@ async def select_endpoint(service: Service, body: dict[str, Any], params: dict[s
 def _forest(service: Service, embedder: Any = None) -> Any:
     from chunktree.track import Forest
 
-    return Forest(embedder or service.embedder, decider=service.decider)
+    return Forest(embedder or service.embedder, decider=service.decider, cache=service.cache)
 
 
 def _load(service: Service) -> Any:
@@ -222,7 +224,7 @@ def _load(service: Service) -> Any:
 
     def load(path: Any) -> Any:
         try:
-            return Forest.load(path, service.embedder, decider=service.decider)
+            return Forest.load(path, service.embedder, decider=service.decider, cache=service.cache)
         except (ForestFileError, InvalidValueError) as exc:  # damage on the server's side: 500, without its paths
             log.error("saved conversation %s cannot be read: %s", path, exc)
             raise HTTPError(500, f"the saved conversation cannot be read: {str(exc).replace(str(path), path.name)}; "
@@ -267,14 +269,14 @@ def _query(service: Service, value: Any) -> str | None:
     return value
 
 
-async def _on_forest(service: Service, forest: Any, work: Any) -> Any:
-    """``work()`` in a worker thread with ``forest`` embedding through the micro-batcher (the
-    caller holds the conversation's lock); refusals by the queue become 503. If the client hangs
-    up, the embedding stops and the thread is let finish."""
+async def _on_forest(service: Service, work: Any) -> Any:
+    """``work(embedder)`` in a worker thread, given the service's embedder through the
+    micro-batcher for the forest's calls (the caller holds the conversation's lock); refusals by
+    the queue become 503. If the client hangs up, the embedding stops and the thread is let
+    finish."""
     loop = asyncio.get_running_loop()
     embedder = BatchedEmbedder(service.embedder, service.running, loop)
-    forest.embedder = embedder
-    running = loop.run_in_executor(None, work)
+    running = loop.run_in_executor(None, work, embedder)
     try:
         return await asyncio.shield(running)
     except asyncio.CancelledError:
@@ -284,8 +286,6 @@ async def _on_forest(service: Service, forest: Any, work: Any) -> Any:
         raise
     except (Overloaded, QueueTimeout) as exc:
         raise _refused(exc) from None
-    finally:
-        forest.embedder = service.embedder
 
 
 async def create_conversation(service: Service, body: dict[str, Any], params: dict[str, str]) -> Any:
@@ -318,16 +318,16 @@ async def add_turn(service: Service, body: dict[str, Any], params: dict[str, str
             raise HTTPError(422, f"the conversation holds max_turns={service.limits.max_turns} turns; start a new "
                                  "one", "user", code="too_many_turns")
 
-        def place() -> Any:
-            decision = forest.add(user, assistant)
+        def place(embedder: Any) -> Any:
+            decision = forest.add(user, assistant, embedder=embedder)
             try:
                 conversations.save(conversation_id, forest, turn=True)
             except OSError as exc:  # not kept: memory goes back to what the folder holds
                 conversations.forget(conversation_id)
                 raise HTTPError(500, f"the turn could not be saved and was not kept ({exc.strerror or exc})") from None
-            return decision, forest.context(budget)
+            return decision, forest.context(budget, embedder=embedder)
 
-        decision, context = await _on_forest(service, forest, place)
+        decision, context = await _on_forest(service, place)
     return {"id": conversation_id, "turn": decision.node, "decision": decision.to_dict(), "context": context.to_dict()}
 
 
@@ -348,7 +348,7 @@ async def _context(service: Service, conversation_id: str, budget: int | None, q
     conversations = service.conversations
     async with conversations.locked(conversation_id):
         forest = await conversations.get(conversation_id, _load(service))
-        context = await _on_forest(service, forest, lambda: forest.context(budget, query=query))
+        context = await _on_forest(service, lambda embedder: forest.context(budget, query=query, embedder=embedder))
     return {"id": conversation_id, "context": context.to_dict()}
 
 
