@@ -20,8 +20,8 @@ import os
 
 from conftest import summary
 
-from chunktree.apps.scale import Sweep, write_report
 from chunktree.apps.scale import sweep as run_sweep
+from chunktree.apps.scale_report import Sweep, write_report
 
 SIZES = [int(s) for s in os.environ.get("CHUNKTREE_BENCH_SCALE_SIZES", "10000,100000,300000,1000000").split(",")]
 DTYPE = os.environ.get("CHUNKTREE_BENCH_SCALE_DTYPE", "float32")

@@ -8,13 +8,8 @@ import numpy as np
 import pytest
 from strict_json import loads
 
-from chunktree.apps.scale import (
-    STAGES,
-    SizeResult,
-    _recall,
-    fits,
-    projected_limits,
-)
+from chunktree.apps.scale import _recall
+from chunktree.apps.scale_report import STAGES, SizeResult, fits, projected_limits
 from chunktree.engine.datasets import synthetic_embeddings, topic_embeddings
 from chunktree.engine.order import sparse_neighbours
 from chunktree.kernels.topk import exact_sims_of_rows, topk_exact
@@ -65,7 +60,7 @@ def test_recall_matches_the_overlap_of_the_lists_with_exact_ones():
 
 
 def test_the_report_says_why_recall_is_low(tmp_path):
-    from chunktree.apps.scale import STAGES, Sweep, write_report
+    from chunktree.apps.scale_report import STAGES, Sweep, write_report
 
     stages = dict.fromkeys(STAGES, 0.1)
     low = SizeResult(n=10_000, stages=stages, order_s=1.0, peak_rss_mb=300.0, base_rss_mb=100.0, data_mb=15.0,

@@ -120,7 +120,8 @@ def register(sub: Any) -> None:
 
 
 def cmd_scale(args: argparse.Namespace) -> int:
-    from chunktree.apps.scale import sweep, write_report
+    from chunktree.apps.scale import sweep
+    from chunktree.apps.scale_report import write_report
 
     if not args.no_plots:
         require("matplotlib", "plot", "the plots of chunktree scale (or give --no-plots)")

@@ -1,5 +1,5 @@
 """The service's app factory: the model, the micro-batcher, auth, metrics and error handling
-around the endpoints of ``routes``.
+around the endpoints of ``routes`` and ``conversation_routes``.
 
 Every request is counted and timed (``/metrics``). With an API key configured, a request to an
 endpoint without ``Authorization: Bearer <key>`` gets 401, and so does ``/metrics`` unless
@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import chunktree.apps.serve.conversation_routes as conversation_routes
 import chunktree.apps.serve.routes as routes
 from chunktree.apps.serve.http import HTTPError, Limits, read_json
 from chunktree.apps.serve.service import Service
@@ -162,7 +163,7 @@ def create_app(embedder: Any = None, *, model: str | None = None, api_key: str |
         error = HTTPError(status, f"{request.method} {request.url.path}: {what}; see the HTTP API in the docs")
         return JSONResponse(error.body(), status_code=status, headers=getattr(exc, "headers", None))
 
-    endpoints = [route(method, path, handler) for method, path, handler in routes.ROUTES]
+    endpoints = [route(method, path, handler) for method, path, handler in routes.ROUTES + conversation_routes.ROUTES]
     endpoints += [Route("/health", health, methods=["GET"]), Route("/metrics", metrics, methods=["GET"])]
     return Starlette(routes=endpoints, lifespan=lifespan, exception_handlers={404: http_exception,
                                                                                405: http_exception})

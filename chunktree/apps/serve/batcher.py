@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from chunktree.apps.serve.http import Limits
+from chunktree.apps.serve.http import HTTPError, Limits
 from chunktree.progress import Progress
 
 # Weight of the newest model call in the rate estimate.
@@ -236,3 +236,10 @@ class BatchedEmbedder:
 
     def count_tokens(self, texts: Sequence[str]) -> np.ndarray:
         return self._embedder.count_tokens(texts)
+
+
+def refused(exc: Overloaded | QueueTimeout) -> HTTPError:
+    """A refusal by the queue as a 503 that says when to retry."""
+    if isinstance(exc, Overloaded):
+        return HTTPError(503, str(exc), code=exc.code, headers={"Retry-After": str(exc.retry_after)})
+    return HTTPError(503, str(exc), code="queue_timeout", headers={"Retry-After": "1"})
