@@ -98,7 +98,7 @@ def _measured(n: int, embeddings: str | None, shape: str, topics: int, seed: int
     p = result.params
     row = {"n": n, "stages": {s: result.timings.get(s, 0.0) for s in STAGES}, "order_s": order_s,
            "peak_rss_mb": peak, "base_rss_mb": base, "data_mb": x.nbytes / 2**20, "components": p["forest_components"],
-           "stage_peak_mb": dict(result.memory)}
+           "stage_peak_mb": dict(result.peak_memory_mb)}
     if n <= RECALL_REMADE_MAX_N:
         row.update(zip(("recall", "neighbour_gap"), _recall(x, p["k"], p["n_clusters"], p["probes"], seed)),
                    recall_rows=min(RECALL_ROWS, n))

@@ -158,7 +158,7 @@ def _md_table(s: Sweep) -> list[str]:
 
 
 def _memory_table(s: Sweep) -> list[str]:
-    """Peak resident MB during each stage (``OrderResult.memory``), where it was measured."""
+    """Peak resident MB during each stage (``OrderResult.peak_memory_mb``), where it was measured."""
     stages = ["embed", *[st.removesuffix("_s") for st in STAGES]]
     rows = [r for r in s.sizes if r.stage_peak_mb]
     if not rows:

@@ -149,7 +149,7 @@ class OrderResult:
         seconds per stage (``embed_s``, ``tree_s``, ``traverse_s``, ``total_s``; for the
         sparse method also the parts of ``tree_s``: ``kmeans_s``, ``topk_s``, ``refine_s``, ``forest_s``,
         ``join_s``).
-    memory
+    peak_memory_mb
         peak resident memory of the process in MB during each stage of ``timings`` (``embed``,
         ``kmeans``, ..., ``traverse``; ``engine.memory.StageMeter``); empty where the platform has
         no ``/proc``.
@@ -172,7 +172,7 @@ class OrderResult:
     method: str
     params: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
-    memory: dict[str, float] = field(default_factory=dict)
+    peak_memory_mb: dict[str, float] = field(default_factory=dict)
     query: str | None = None
     embedding: EmbedStats | None = None
     items: Sequence[Chunk] | Sequence[str] | None = field(default=None, repr=False)
@@ -215,7 +215,7 @@ class OrderResult:
     def _head(self) -> dict[str, Any]:
         return {"root": self.root, "strategy": self.strategy, "method": self.method,
                 "tree_weight": json_float(self.tree_weight), "query": self.query, "n_chunks": int(self.order.size),
-                "params": dict(self.params), "timings": dict(self.timings), "memory_mb": dict(self.memory),
+                "params": dict(self.params), "timings": dict(self.timings), "memory_mb": dict(self.peak_memory_mb),
                 "embedding": None if self.embedding is None else self.embedding.to_dict()}
 
     def rows(self, top: int | None = None, block: int = ROWS_AT_ONCE) -> Iterator[dict[str, Any]]:

@@ -105,9 +105,9 @@ def test_stage_meter_keeps_each_stages_peak():
 
 def test_order_reports_the_peak_memory_of_every_stage():
     r = order(synthetic_embeddings(30_000, seed=3), method="sparse")
-    assert set(r.memory) == {"embed", "kmeans", "topk", "refine", "forest", "join", "traverse"}
-    assert all(v > 0 for v in r.memory.values())
-    assert r.to_dict(top=1)["memory_mb"] == r.memory
+    assert set(r.peak_memory_mb) == {"embed", "kmeans", "topk", "refine", "forest", "join", "traverse"}
+    assert all(v > 0 for v in r.peak_memory_mb.values())
+    assert r.to_dict(top=1)["memory_mb"] == r.peak_memory_mb
 
 
 def test_progress_shows_every_stage_and_the_time_left(monkeypatch, capfd):

@@ -26,7 +26,7 @@ from chunktree.engine.cache import EmbeddingCache
 from chunktree.engine.chunking import Chunk
 from chunktree.engine.embedding import embed_texts
 from chunktree.engine.inputs import default_embedder, texts_of
-from chunktree.engine.order import DEFAULT_STRATEGY, STRATEGIES, order
+from chunktree.engine.order import DEFAULT_STRATEGY, STRATEGIES, OrderResult, order
 from chunktree.engine.read.extractive import (
     ASKS_ABOUT_BOILERPLATE,
     DEFAULT_MEMORY_WEIGHT,
@@ -71,6 +71,11 @@ class ReadResult:
         memory and window budgets, the model (LLM), the query.
     timings
         seconds per stage (``order_s``, ``read_s``, ``answer_s``, ``total_s``).
+    items
+        the chunks or strings that were read from (``order`` indexes them).
+    ordered
+        the ``OrderResult`` the reading order came from (its tree, similarities and memory), or
+        None for a ``sequence`` given.
     """
 
     answer: str
@@ -81,6 +86,8 @@ class ReadResult:
     reader: str = "extractive"
     params: dict[str, Any] = field(default_factory=dict)
     timings: dict[str, float] = field(default_factory=dict)
+    items: Sequence[Chunk] | Sequence[str] | None = field(default=None, repr=False)
+    ordered: OrderResult | None = field(default=None, repr=False)
 
     @property
     def failures(self) -> list[Step]:
@@ -166,9 +173,11 @@ def read(
             raise InvalidValueError(f"window_tokens={window_tokens} leaves {room} tokens for text after the "
                                     f"instructions ({fixed}), the memory and the reply ({memory_tokens} each); "
                                     "raise it or lower memory_tokens")
+    ordered = None
     if sequence is None:
-        seq = order(items, query, strategy=strategy, embedder=embedder, cache=cache,  # type: ignore[arg-type]  # chunks or strings
-                    progress=progress).order.tolist()
+        ordered = order(items, query, strategy=strategy, embedder=embedder, cache=cache,  # type: ignore[arg-type]  # chunks or strings
+                        progress=progress)
+        seq = ordered.order.tolist()
     t1 = time.perf_counter()
     if llm is None:
         worker = _extractive_worker(texts, provenance, query, embedder, cache, memory_tokens, memory_weight, progress)
@@ -191,7 +200,7 @@ def read(
               "model": getattr(llm, "model", None), "memory_weight": memory_weight if llm is None else None}
     timings = {"order_s": t1 - t0, "read_s": t2 - t1, "answer_s": t3 - t2, "total_s": t3 - t0}
     return ReadResult(answer, memory, seq, steps, "given" if sequence is not None else strategy,
-                      "extractive" if llm is None else "llm", params, timings)
+                      "extractive" if llm is None else "llm", params, timings, chunks, ordered)
 
 
 def _extractive_worker(texts: list[str], provenance: list[Chunk | None], query: str | None, embedder: Any,

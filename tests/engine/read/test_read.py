@@ -104,6 +104,11 @@ def test_extractive_reader(embedder):
     doc = r.to_dict()
     assert doc["answer"] == r.answer and doc["failures"] == 0 and "memory" not in doc["steps"][0]
     assert set(doc["timings"]) == {"order_s", "read_s", "answer_s", "total_s"}
+    # The order it read in comes with its tree; the chunks with their provenance.
+    assert r.ordered is not None and r.ordered.order.tolist() == r.order and r.ordered.strategy == "document"
+    assert r.items == chunks
+    given = read(chunks, "What is the largest animal?", sequence=[2, 0], embedder=embedder, memory_tokens=16)
+    assert given.order == [2, 0] and given.ordered is None and given.strategy == "given"
 
 
 @pytest.mark.parametrize("kwargs, message", [
