@@ -18,6 +18,7 @@ import logging
 import os
 import re
 import sys
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
@@ -166,6 +167,12 @@ class Forest:
         whole = user if not assistant else f"{user}\n{assistant}"
         vectors, _ = embed_texts([user, whole], self._embedder_for(embedder), self.cache, prompt="query")
         return self._place(user, assistant, vectors[0], vectors[1])
+
+    def replay(self, turns: Iterable[tuple[str, str | None]]) -> Iterator[Decision]:
+        """Add each ``(user, assistant)`` turn of a dialogue in order (``add``), yielding each
+        decision as it is made (``track.dialogue.read_dialogue`` reads a JSONL dialogue)."""
+        for user, assistant in turns:
+            yield self.add(user, assistant)
 
     def _embedder_for(self, embedder: Any) -> Any:
         """The embedder of a call: the forest's, or one that makes the same vectors."""

@@ -551,3 +551,15 @@ def test_a_call_may_embed_through_another_embedder_of_the_same_vectors(embedder)
     with pytest.raises(ValueError, match="embedder makes the vectors of 'another-model'") as refused:
         forest.add("And the oven?", embedder=other)
     assert refused.value.param == "embedder" and len(forest.nodes) == 1
+
+
+def test_replay_places_a_dialogue_as_add_does_turn_by_turn(embedder):
+    turns = [("How long should bread dough rise?", "About an hour."), ("And at what temperature?", None),
+             ("What is the capital of Portugal?", "Lisbon."), ("Back to the dough: can it rise overnight?", None)]
+    one_by_one = Forest(embedder)
+    want = [one_by_one.add(user, assistant).to_dict() for user, assistant in turns]
+    replayed = Forest(embedder)
+    got = replayed.replay(iter(turns))
+    assert next(got).to_dict() == want[0] and len(replayed.nodes) == 1  # a decision as each turn is placed
+    assert [d.to_dict() for d in got] == want[1:]
+    assert replayed.to_dict() == one_by_one.to_dict()

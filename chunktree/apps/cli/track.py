@@ -114,8 +114,7 @@ def cmd_track(args: argparse.Namespace) -> int:
         for name, turns in conversations.items():
             forest = Forest(embedder, cache=cache, llm=llm, decider=args.decider)
             decisions = []
-            for index, (user, assistant, _) in enumerate(turns):
-                d = forest.add(user, assistant)
+            for index, d in enumerate(forest.replay((user, assistant) for user, assistant, _ in turns)):
                 decisions.append(d.to_dict())
                 if args.format == "jsonl":
                     print(dumps({"conversation": name, "turn": index, **d.to_dict()}))
