@@ -176,9 +176,9 @@ def is_unit(x: np.ndarray, tolerance: float = UNIT_TOLERANCE) -> np.ndarray:
     """Whether each vector along the last axis of ``x`` is finite with an L2 norm within
     ``tolerance`` of 1 (a bool, or one per row)."""
     x = np.asarray(x, dtype=np.float64)
-    finite = np.isfinite(x).all(axis=-1)
-    norms = np.sqrt(np.einsum("...i,...i->...", np.where(np.isfinite(x), x, 0.0), np.where(np.isfinite(x), x, 0.0)))
-    return finite & (np.abs(norms - 1.0) <= tolerance)
+    finite = np.isfinite(x)
+    clean = np.where(finite, x, 0.0)
+    return finite.all(axis=-1) & (np.abs(np.sqrt(np.einsum("...i,...i->...", clean, clean)) - 1.0) <= tolerance)
 
 
 def check_array(x: Any, name: str = "X") -> np.ndarray:
