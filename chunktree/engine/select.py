@@ -41,6 +41,7 @@ from chunktree.engine.cache import EmbeddingCache
 from chunktree.engine.chunking import Chunk
 from chunktree.engine.embedding import EmbedStats
 from chunktree.engine.inputs import prepare
+from chunktree.engine.memory import StageMeter
 from chunktree.engine.minibatch_kmeans import MiniBatchKMeans
 from chunktree.engine.results import chunk_fields
 from chunktree.kernels.kmeans import assign
@@ -110,6 +111,9 @@ class SelectResult:
         the chunks or strings that were clustered (None when embeddings were given).
     vectors
         float32 (n, d), the unit vectors that were clustered (for ``to_html``/``to_png``).
+    peak_memory_mb
+        peak resident memory of the process in MB during each stage (``embed``, ``cluster``;
+        ``engine.memory.StageMeter``); empty where the platform has no ``/proc``.
     """
 
     clusters: list[Cluster]
@@ -122,6 +126,7 @@ class SelectResult:
     embedding: EmbedStats | None = None
     items: Sequence[Chunk] | Sequence[str] | None = field(default=None, repr=False)
     vectors: np.ndarray | None = field(default=None, repr=False)
+    peak_memory_mb: dict[str, float] = field(default_factory=dict)
 
     @property
     def representatives(self) -> list[int]:
@@ -152,6 +157,7 @@ class SelectResult:
                              "members": c.members.tolist(), "representatives": reps})
         return {"k": self.k, "n_clusters": len(self.clusters), "n_chunks": int(self.labels.size),
                 "inertia": self.inertia, "params": dict(self.params), "timings": dict(self.timings),
+                "memory_mb": dict(self.peak_memory_mb),
                 "embedding": None if self.embedding is None else self.embedding.to_dict(), "clusters": clusters}
 
 
@@ -256,74 +262,77 @@ def select(
             raise InvalidTypeError(f"{name} must be a bool; got {flag!r}")
     if balance and coverage:
         raise InvalidValueError("balance and coverage are two ways of choosing the clusters; give one of them")
-    t0 = time.perf_counter()
-    inputs = prepare(chunks_or_embeddings, embedder=embedder, cache=cache, progress=progress)
-    timings = {"embed_s": time.perf_counter() - t0}
-    x, n = inputs.vectors, inputs.n
-    params: dict[str, Any] = {"n": n, "per_cluster": per_cluster, "seed": seed, "balance": bool(balance),
-                              "coverage": bool(coverage)}
-    t1 = time.perf_counter()
-    if k is None:
-        counts = _token_counts(tokens, n) if tokens is not None else inputs.token_counts()
-        mean_tokens = max(float(counts.mean()), 1.0)
-        k = int(budget_tokens // (mean_tokens * per_cluster))  # type: ignore[operator]  # checked above: k or budget_tokens
-        if k < 1:
-            raise InvalidValueError(f"budget_tokens={budget_tokens} is below one representative "
-                                    f"(mean chunk {mean_tokens:.0f} tokens x per_cluster {per_cluster})")
-        k = min(k, n)
-        params.update(budget_tokens=budget_tokens, mean_chunk_tokens=mean_tokens)
-    elif k == "elbow":
-        k, curve = elbow_k(x, min(n, max(2, int(2 * np.sqrt(n)))), seed)
-        params["elbow_inertia"] = curve
-    k = integer(k, "k", 1, n, high_name="n_chunks")
+    with StageMeter() as meter:  # each stage's peak memory; its sampling thread ends with the call
+        t0 = time.perf_counter()
+        inputs = prepare(chunks_or_embeddings, embedder=embedder, cache=cache, progress=progress)
+        timings = {"embed_s": time.perf_counter() - t0}
+        meter.mark("embed")
+        x, n = inputs.vectors, inputs.n
+        params: dict[str, Any] = {"n": n, "per_cluster": per_cluster, "seed": seed, "balance": bool(balance),
+                                  "coverage": bool(coverage)}
+        t1 = time.perf_counter()
+        if k is None:
+            counts = _token_counts(tokens, n) if tokens is not None else inputs.token_counts()
+            mean_tokens = max(float(counts.mean()), 1.0)
+            k = int(budget_tokens // (mean_tokens * per_cluster))  # type: ignore[operator]  # checked above: k or budget_tokens
+            if k < 1:
+                raise InvalidValueError(f"budget_tokens={budget_tokens} is below one representative "
+                                        f"(mean chunk {mean_tokens:.0f} tokens x per_cluster {per_cluster})")
+            k = min(k, n)
+            params.update(budget_tokens=budget_tokens, mean_chunk_tokens=mean_tokens)
+        elif k == "elbow":
+            k, curve = elbow_k(x, min(n, max(2, int(2 * np.sqrt(n)))), seed)
+            params["elbow_inertia"] = curve
+        k = integer(k, "k", 1, n, high_name="n_chunks")
 
-    if balance:
-        centers, labels, dist_sq, passes = _balanced_clusters(x, k, seed)
-    elif coverage:
-        centers, labels, dist_sq, passes = _covering_clusters(x, k, seed)
-    else:
-        model = MiniBatchKMeans(k, random_state=seed).fit(x)
-        centers, labels, dist_sq, passes = model.cluster_centers_, model.labels_, model.distances_sq_, model.n_iter_
-    # Exact duplicates (equal vectors; equal texts embed equally) join their first copy's cluster,
-    # so no two clusters hold the same content, and only first copies represent a cluster.
-    first = inputs.first_copies()
-    labels, dist_sq = labels[first], dist_sq[first]
-    is_first = first == np.arange(n)
-    distinct = int(is_first.sum())
-    dist = np.sqrt(dist_sq)
-    # Members of every cluster in one pass: rows sorted by (label, row), cut at the label counts.
-    by_label = np.argsort(labels, kind="stable")
-    sizes = np.bincount(labels, minlength=k)
-    groups = np.split(by_label, np.cumsum(sizes)[:-1])
-    found = []
-    for c in np.flatnonzero(sizes):
-        members = groups[c]
-        candidates = members[is_first[members]]
-        nearest = candidates[np.lexsort((candidates, dist[candidates]))][:per_cluster]
-        found.append((int(c), nearest, members))
-    found.sort(key=lambda cl: int(cl[1].min()))  # document order of the representatives
-    chunks = inputs.chunks
-    clusters, kept = [], []
-    relabel = np.empty(n, dtype=np.int64)
-    for cid, (label, nearest, members) in enumerate(found):
-        kept.append(label)
-        relabel[members] = cid
-        members.flags.writeable = False
-        clusters.append(Cluster(
-            id=cid, representatives=tuple(nearest.tolist()), distances=tuple(dist[nearest].tolist()),
-            mean_distance=float(dist[members].mean()), size=int(members.size), members=members,
-            chunks=tuple(chunks[i] for i in nearest.tolist()) if chunks is not None else (),
-        ))
-    params.update(k=k, kmeans_passes=passes, distinct_chunks=distinct, duplicates=n - distinct)
-    if len(clusters) < k:
-        why = (f"only {distinct} of the {n} chunks are distinct" if distinct < k
-               else "K-means left some clusters empty")
-        log.warning("%d clusters returned for k=%d: %s", len(clusters), k, why)
-    timings["cluster_s"] = time.perf_counter() - t1
-    timings["total_s"] = time.perf_counter() - t0
-    inertia = float(dist_sq.sum(dtype=np.float64))
-    return SelectResult(clusters, relabel, np.ascontiguousarray(centers[kept], dtype=np.float32), k, inertia,
-                        params, timings, inputs.embedding, inputs.items, x)
+        if balance:
+            centers, labels, dist_sq, passes = _balanced_clusters(x, k, seed)
+        elif coverage:
+            centers, labels, dist_sq, passes = _covering_clusters(x, k, seed)
+        else:
+            model = MiniBatchKMeans(k, random_state=seed).fit(x)
+            centers, labels, dist_sq, passes = model.cluster_centers_, model.labels_, model.distances_sq_, model.n_iter_
+        # Exact duplicates (equal vectors; equal texts embed equally) join their first copy's cluster,
+        # so no two clusters hold the same content, and only first copies represent a cluster.
+        first = inputs.first_copies()
+        labels, dist_sq = labels[first], dist_sq[first]
+        is_first = first == np.arange(n)
+        distinct = int(is_first.sum())
+        dist = np.sqrt(dist_sq)
+        # Members of every cluster in one pass: rows sorted by (label, row), cut at the label counts.
+        by_label = np.argsort(labels, kind="stable")
+        sizes = np.bincount(labels, minlength=k)
+        groups = np.split(by_label, np.cumsum(sizes)[:-1])
+        found = []
+        for c in np.flatnonzero(sizes):
+            members = groups[c]
+            candidates = members[is_first[members]]
+            nearest = candidates[np.lexsort((candidates, dist[candidates]))][:per_cluster]
+            found.append((int(c), nearest, members))
+        found.sort(key=lambda cl: int(cl[1].min()))  # document order of the representatives
+        chunks = inputs.chunks
+        clusters, kept = [], []
+        relabel = np.empty(n, dtype=np.int64)
+        for cid, (label, nearest, members) in enumerate(found):
+            kept.append(label)
+            relabel[members] = cid
+            members.flags.writeable = False
+            clusters.append(Cluster(
+                id=cid, representatives=tuple(nearest.tolist()), distances=tuple(dist[nearest].tolist()),
+                mean_distance=float(dist[members].mean()), size=int(members.size), members=members,
+                chunks=tuple(chunks[i] for i in nearest.tolist()) if chunks is not None else (),
+            ))
+        params.update(k=k, kmeans_passes=passes, distinct_chunks=distinct, duplicates=n - distinct)
+        if len(clusters) < k:
+            why = (f"only {distinct} of the {n} chunks are distinct" if distinct < k
+                   else "K-means left some clusters empty")
+            log.warning("%d clusters returned for k=%d: %s", len(clusters), k, why)
+        timings["cluster_s"] = time.perf_counter() - t1
+        timings["total_s"] = time.perf_counter() - t0
+        inertia = float(dist_sq.sum(dtype=np.float64))
+        meter.mark("cluster")
+        return SelectResult(clusters, relabel, np.ascontiguousarray(centers[kept], dtype=np.float32), k, inertia,
+                            params, timings, inputs.embedding, inputs.items, x, dict(meter.peaks))
 
 
 def _covering_clusters(x: np.ndarray, k: int, seed: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, int]:

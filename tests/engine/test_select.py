@@ -43,6 +43,9 @@ def test_to_dict_is_json_ready():
     reps = [[rep["id"] for rep in c["representatives"]] for c in doc["clusters"]]
     assert reps == [list(c.representatives) for c in r.clusters]
     assert all(rep["source"] is None and rep["text"] is None for c in doc["clusters"] for rep in c["representatives"])
+    # each stage's peak memory, as order gives it (none where the platform has no /proc)
+    assert set(r.peak_memory_mb) in ({"embed", "cluster"}, set()) and doc["memory_mb"] == r.peak_memory_mb
+    assert all(mb > 0 for mb in r.peak_memory_mb.values())
 
 
 def test_recovers_separated_topics():

@@ -26,6 +26,7 @@ from chunktree.engine.cache import EmbeddingCache
 from chunktree.engine.chunking import Chunk
 from chunktree.engine.embedding import embed_texts
 from chunktree.engine.inputs import default_embedder, texts_of
+from chunktree.engine.memory import StageMeter
 from chunktree.engine.order import DEFAULT_STRATEGY, STRATEGIES, OrderResult, order
 from chunktree.engine.read.extractive import (
     ASKS_ABOUT_BOILERPLATE,
@@ -76,6 +77,9 @@ class ReadResult:
     ordered
         the ``OrderResult`` the reading order came from (its tree, similarities and memory), or
         None for a ``sequence`` given.
+    peak_memory_mb
+        peak resident memory of the process in MB during each stage (``order``, ``read``,
+        ``answer``; ``engine.memory.StageMeter``); empty where the platform has no ``/proc``.
     """
 
     answer: str
@@ -88,6 +92,7 @@ class ReadResult:
     timings: dict[str, float] = field(default_factory=dict)
     items: Sequence[Chunk] | Sequence[str] | None = field(default=None, repr=False)
     ordered: OrderResult | None = field(default=None, repr=False)
+    peak_memory_mb: dict[str, float] = field(default_factory=dict)
 
     @property
     def failures(self) -> list[Step]:
@@ -97,6 +102,7 @@ class ReadResult:
         """The JSON-ready result; steps without their memories (the trace file has those)."""
         return {"answer": self.answer, "memory": self.memory, "order": list(self.order), "strategy": self.strategy,
                 "reader": self.reader, "params": dict(self.params), "timings": dict(self.timings),
+                "memory_mb": dict(self.peak_memory_mb),
                 "failures": len(self.failures), "steps": [s.to_dict(memory=False) for s in self.steps]}
 
 
@@ -173,34 +179,39 @@ def read(
             raise InvalidValueError(f"window_tokens={window_tokens} leaves {room} tokens for text after the "
                                     f"instructions ({fixed}), the memory and the reply ({memory_tokens} each); "
                                     "raise it or lower memory_tokens")
-    ordered = None
-    if sequence is None:
-        ordered = order(items, query, strategy=strategy, embedder=embedder, cache=cache,  # type: ignore[arg-type]  # chunks or strings
-                        progress=progress)
-        seq = ordered.order.tolist()
-    t1 = time.perf_counter()
-    if llm is None:
-        worker = _extractive_worker(texts, provenance, query, embedder, cache, memory_tokens, memory_weight, progress)
-        groups = [[(i, texts[i])] for i in seq]
-    else:
-        groups = pack([(i, texts[i]) for i in seq], provenance, tokens, room)
+    with StageMeter() as meter:  # each stage's peak memory; its sampling thread ends with the call
+        ordered = None
+        if sequence is None:
+            ordered = order(items, query, strategy=strategy, embedder=embedder, cache=cache,  # type: ignore[arg-type]  # chunks or strings
+                            progress=progress)
+            seq = ordered.order.tolist()
+        meter.mark("order")
+        t1 = time.perf_counter()
+        if llm is None:
+            worker = _extractive_worker(texts, provenance, query, embedder, cache, memory_tokens, memory_weight, progress)
+            groups = [[(i, texts[i])] for i in seq]
+        else:
+            groups = pack([(i, texts[i]) for i in seq], provenance, tokens, room)
 
-    memory = empty_memory()
-    steps: list[Step] = []
-    with replacing(trace) if trace else contextlib.nullcontext() as sink:
-        for index, group in tracked(enumerate(groups), len(groups), "read", "step", enabled=progress):
-            step, memory = worker.step(index, group, memory)
-            steps.append(step)
-            if sink:
-                sink.write(dumps(step.to_dict()) + "\n")
-    t2 = time.perf_counter()
-    answer = worker.answer(memory)
-    t3 = time.perf_counter()
-    params = {"query": query, "memory_tokens": memory_tokens, "window_tokens": window_tokens, "margin": margin,
-              "model": getattr(llm, "model", None), "memory_weight": memory_weight if llm is None else None}
-    timings = {"order_s": t1 - t0, "read_s": t2 - t1, "answer_s": t3 - t2, "total_s": t3 - t0}
-    return ReadResult(answer, memory, seq, steps, "given" if sequence is not None else strategy,
-                      "extractive" if llm is None else "llm", params, timings, chunks, ordered)
+        memory = empty_memory()
+        steps: list[Step] = []
+        with replacing(trace) if trace else contextlib.nullcontext() as sink:
+            for index, group in tracked(enumerate(groups), len(groups), "read", "step", enabled=progress):
+                step, memory = worker.step(index, group, memory)
+                steps.append(step)
+                if sink:
+                    sink.write(dumps(step.to_dict()) + "\n")
+        t2 = time.perf_counter()
+        meter.mark("read")
+        answer = worker.answer(memory)
+        t3 = time.perf_counter()
+        meter.mark("answer")
+        params = {"query": query, "memory_tokens": memory_tokens, "window_tokens": window_tokens, "margin": margin,
+                  "model": getattr(llm, "model", None), "memory_weight": memory_weight if llm is None else None}
+        timings = {"order_s": t1 - t0, "read_s": t2 - t1, "answer_s": t3 - t2, "total_s": t3 - t0}
+        return ReadResult(answer, memory, seq, steps, "given" if sequence is not None else strategy,
+                          "extractive" if llm is None else "llm", params, timings, chunks, ordered,
+                          dict(meter.peaks))
 
 
 def _extractive_worker(texts: list[str], provenance: list[Chunk | None], query: str | None, embedder: Any,

@@ -104,6 +104,8 @@ def test_extractive_reader(embedder):
     doc = r.to_dict()
     assert doc["answer"] == r.answer and doc["failures"] == 0 and "memory" not in doc["steps"][0]
     assert set(doc["timings"]) == {"order_s", "read_s", "answer_s", "total_s"}
+    assert set(r.peak_memory_mb) in ({"order", "read", "answer"}, set()) and doc["memory_mb"] == r.peak_memory_mb
+    assert all(mb > 0 for mb in r.peak_memory_mb.values())
     # The order it read in comes with its tree; the chunks with their provenance.
     assert r.ordered is not None and r.ordered.order.tolist() == r.order and r.ordered.strategy == "document"
     assert r.items == chunks
