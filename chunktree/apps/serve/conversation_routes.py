@@ -27,10 +27,10 @@ from chunktree.checks import InvalidValueError, unicode, visible
 log = logging.getLogger(__name__)
 
 
-def _forest(service: Service, embedder: Any = None) -> Any:
+def _forest(service: Service) -> Any:
     from chunktree.track import Forest
 
-    return Forest(embedder or service.embedder, decider=service.decider, cache=service.cache)
+    return Forest(service.embedder, decider=service.decider, cache=service.cache)
 
 
 def _load(service: Service) -> Any:
