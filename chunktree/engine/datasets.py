@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import numpy as np
 
-from chunktree.checks import one_of
+from chunktree.checks import normalised, one_of
 
 
 def _directions(rng: np.random.Generator, shape: tuple[int, ...]) -> np.ndarray:
     """Random unit vectors along the last axis of ``shape``, float32."""
     v = rng.standard_normal(shape, dtype=np.float32)
-    return v / np.linalg.norm(v, axis=-1, keepdims=True)
+    return normalised(v)
 
 
 def synthetic_embeddings(n: int, d: int = 384, topics: int = 100, subtopics: int = 20, *,
@@ -45,9 +45,9 @@ def synthetic_embeddings(n: int, d: int = 384, topics: int = 100, subtopics: int
         s1, s2 = rng.integers(0, subtopics, m), rng.integers(0, subtopics, m)
         mix = rng.random((m, 1), dtype=np.float32)  # between two sub-topics: they blur into each other
         between = mix * offsets[t, s1] + (1 - mix) * offsets[t, s2]
-        between /= np.linalg.norm(between, axis=1, keepdims=True)
+        between = normalised(between)
         part = shared * common + topic * centres[t] + sub * between + noise * directions(m)
-        x[start:start + m] = part / np.linalg.norm(part, axis=1, keepdims=True)
+        x[start:start + m] = normalised(part)
     return x
 
 
@@ -71,7 +71,7 @@ def topic_embeddings(n: int, topics: int, d: int = 384, *, noise: float = 0.9, s
         m = min(block, n - start)
         centres = shared if shared is not None else directions(topics * (b + 1) // blocks - topics * b // blocks)
         part = centres[rng.integers(0, centres.shape[0], m)] + noise * rng.standard_normal((m, d), dtype=np.float32) / np.sqrt(d)
-        x[start:start + m] = part / np.linalg.norm(part, axis=1, keepdims=True)
+        x[start:start + m] = normalised(part)
     return x
 
 
