@@ -10,7 +10,9 @@ Measured per dialogue, then averaged with 95% bootstrap intervals over dialogues
 - topic assignment: turns whose tree maps to their story (trees mapped to stories by majority);
 - boundaries: precision, recall and F1 of topic changes (a turn in another tree than the last);
   Pk and WindowDiff (k = half the mean gold stretch);
-- returns: a return to an earlier story resumes the tree that story's last turn is in;
+- returns: a return to an earlier story resumes the tree that story's last turn is in
+  (``return_accuracy``); ``return_to_earlier_tree``: the share of returns that go instead to
+  another tree holding earlier turns of that story (the story was split over two trees);
 - context after each turn: its tokens against the full history's, and the share of the current
   story's earlier turns it holds verbatim (recall); with the baselines full history, the last N
   turns, and the top-k earlier turns by similarity;
@@ -85,12 +87,16 @@ def score_dialogue(turns: list[Turn], trees: list[int]) -> dict[str, float]:
     k = max(1, round(len(turns) / (gold_b.sum() + 1) / 2))
     out["pk"], out["windowdiff"] = _segmentation_errors(gold_b, pred_b, k)
     returns: list[bool] = []
+    earlier: list[bool] = []
     last_turn: dict[int, int] = {}
     for i, s in enumerate(stories):
         if i and s != stories[i - 1] and s in last_turn:
-            returns.append(pred[i] == pred[last_turn[s]])
+            resumed = bool(pred[i] == pred[last_turn[s]])
+            returns.append(resumed)
+            earlier.append(not resumed and bool(np.any(pred[:i][stories[:i] == s] == pred[i])))
         last_turn[s] = i
     out["return_accuracy"] = float(np.mean(returns)) if returns else float("nan")
+    out["return_to_earlier_tree"] = float(np.mean(earlier)) if earlier else float("nan")
     return out
 
 
@@ -295,9 +301,9 @@ def evaluate_chats(dialogues: list[LabelledDialogue], *, embedder: Any, cache: E
                    decider: Any = None, seed: int = 0, progress: Progress = False) -> dict[str, Any]:
     """Chats with a topic per turn, each as written: for the forest (``decider`` as ``Forest``
     takes it) and the threshold rule, the share of turns placed as labelled, topic assignment,
-    boundaries, Pk, WindowDiff and return accuracy; the forest's context frontier
-    (``score_context``); each averaged over chats with 95% bootstrap intervals; and each chat's
-    topics and the forest's trees, turn by turn."""
+    boundaries, Pk, WindowDiff, return accuracy and returns to an earlier tree; the forest's
+    context frontier (``score_context``); each averaged over chats with 95% bootstrap intervals;
+    and each chat's topics and the forest's trees, turn by turn."""
     if not dialogues:
         raise InvalidValueError("no chats to evaluate")
     made = [labelled_turns(d) for d in dialogues]
@@ -336,7 +342,9 @@ def interval_note(n: int, what: str) -> list[str]:
 
 ASSIGNMENT_NOTE = ("assignment: the share of turns in their topic's tree, each topic matched to at most one tree and "
                    "each tree to at most one topic (a topic split over two trees loses the turns of the smaller part); "
-                   "trees_per_topic: how many trees a topic's turns spread over")
+                   "trees_per_topic: how many trees a topic's turns spread over; return_accuracy: the share of "
+                   "returns that resume the tree the topic was left in; return_to_earlier_tree: the share that go to "
+                   "another tree holding earlier turns of their topic (the topic was split over two trees)")
 BUDGET_NAMES = {"25": "25% of the history", "50": "50% of the history", "75": "75% of the history",
                 "last_n": f"the last-{BASELINE_TURNS} window's tokens"}
 METHOD_NAMES = {"forest": "forest", "top_k": "top-k", "top_k_neighbours": "top-k + neighbours", "last_n": "last-N"}
@@ -364,7 +372,7 @@ def format_frontier(m: dict[str, dict[str, float]]) -> list[str]:
 def format_chats(report: dict[str, Any]) -> str:
     """The chat evaluation as Markdown tables: one row per method, the forest's context frontier,
     then each chat's topics and trees."""
-    keys = ("placed_as_labelled", "assignment", "boundary_f1", "return_accuracy", "pk")
+    keys = ("placed_as_labelled", "assignment", "boundary_f1", "return_accuracy", "return_to_earlier_tree", "pk")
     lines = [f"{report['chats']} chats, {report['turns']} turns", *interval_note(report["chats"], "chats"),
              f"| method | {' | '.join(keys)} |", "|---|" + "---|" * len(keys)]
     for name, m in report["methods"].items():
@@ -377,7 +385,7 @@ def format_chats(report: dict[str, Any]) -> str:
 
 
 TOPIC_KEYS = ("assignment", "trees_per_topic", "boundary_precision", "boundary_recall", "boundary_f1", "pk",
-              "windowdiff", "return_accuracy")
+              "windowdiff", "return_accuracy", "return_to_earlier_tree")
 
 
 def format_report(report: dict[str, Any]) -> str:

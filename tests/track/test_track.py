@@ -331,6 +331,12 @@ def test_metrics_on_hand_made_segmentations():
     assert apart["assignment"] == 0.3 and apart["trees_per_topic"] == 10 / 3  # one turn of each story matched
     split = score_dialogue(turns, [0, 0, 0, 1, 1, 3, 3, 2, 2, 1])  # story 0 split over trees 0 and 3
     assert split["assignment"] == 0.8 and split["return_accuracy"] == 0.5
+    assert split["return_to_earlier_tree"] == 0.0  # story 0's return opened tree 3: no tree of story 0 before it
+    # story 0 split over trees 0 and 3; its last return goes back to tree 0, not to tree 3 where it was left
+    stories = [Turn("q", "a", s) for s in [0, 0, 1, 0, 0, 1, 0]]
+    back = score_dialogue(stories, [0, 0, 1, 3, 3, 1, 0])
+    assert back["return_accuracy"] == 1 / 3 and back["return_to_earlier_tree"] == 1 / 3
+    assert perfect["return_to_earlier_tree"] == 0.0
     # By hand: segments start at turns 3, 5, 7 and 9; with k = 1 the 9 neighbouring pairs are
     # compared, and a prediction of no boundary at all gets the 4 pairs that straddle one wrong.
     gold = np.array([0, 0, 0, 1, 0, 1, 0, 1, 0, 1])
