@@ -23,12 +23,12 @@ turn ``j`` (``RELEVANCE_FEATURES``):
   cannot bury a strong older match elsewhere); both 0 for a question that is not a turn;
 - ``path_strong_match``: ``on_path`` times the best match of any earlier turn: a turn whose words
   and meaning point far back leans less on its path;
-- ``path_jump``: ``on_path`` when the current turn does not follow the turn before it (a return,
-  or a question placed at an earlier turn it matches): past the turn it hangs on, its path holds
-  the turns that led there, not what it asks about;
 - ``same_topic``: ``j`` is in the current turn's tree, times ``max(0, 1 - 3 * share)`` where
   ``share`` is the part of the earlier turns that tree holds: a tree that holds a third of the
-  conversation or more says nothing about what a turn needs.
+  conversation or more says nothing about what a turn needs;
+- ``path_jump``: ``on_path`` when the current turn does not follow the turn before it (a return,
+  or a question placed at an earlier turn it matches): past the turn it hangs on, its path holds
+  the turns that led there, not what it asks about.
 
 A logistic model (``RELEVANCE_WEIGHTS``, ``RELEVANCE_BIAS``, fitted by ``bench/fit_context.py`` on
 a mix of conversation kinds) maps them to a relevance. ``choose`` fills a token budget with the
