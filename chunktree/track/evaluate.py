@@ -18,7 +18,9 @@ Measured per dialogue, then averaged with 95% bootstrap intervals over dialogues
   turns, and the top-k earlier turns by similarity;
 - the context frontier: the same recall when every method gets the same budget, 25%, 50% and 75%
   of the full history's tokens (the last turns that fit; the most similar turns that fit; the
-  forest's ``context(budget)``), and the forest's recall within the tokens of the last-N window.
+  forest's ``context(budget)``), and the forest's recall within the tokens of the last-N window;
+  beside them the ceiling, the most any context within the budget can hold (the topic's shortest
+  earlier turns first), which tells how much room there is above a method.
 
 Labelled chats (``evaluate_chats``: a topic per turn, each chat run as written) get the same topic
 metrics and the share of turns placed as labelled, for the decider and the threshold rule.
@@ -157,7 +159,9 @@ def score_context(turns: list[Turn], contexts: list[dict[str, tuple[list[int], i
     ``BASELINE_TURNS`` by similarity, the full history. At each ``FRONTIER_BUDGETS`` budget
     (``{method}_at_{budget}``): the forest, top-k (the most similar turns that fit), top-k with
     neighbours (each hit followed by the turns beside it) and last-N (the newest turns that fit);
-    and the forest's recall minus each baseline's (``forest_minus_{method}_at_{budget}``)."""
+    and the forest's recall minus each baseline's (``forest_minus_{method}_at_{budget}``); and the
+    ceiling (``ceiling_at_{budget}``): the most any context that holds the current turn can hold
+    within the budget (the topic's shortest earlier turns first)."""
     stories = np.array([t.story for t in turns])
     full = np.cumsum(tokens)
     rows: dict[str, list[tuple[float, float]]] = {}
@@ -169,6 +173,7 @@ def score_context(turns: list[Turn], contexts: list[dict[str, tuple[list[int], i
         newest = list(range(i, -1, -1))
         similar = [i, *np.argsort(-(vectors[:i] @ vectors[i]), kind="stable").tolist()]
         neighbours = with_neighbours(similar, i)
+        shortest = [i, *sorted(earlier, key=lambda j: (int(tokens[j]), j))]
         held: dict[str, tuple[set[int], int | None]] = {
             "forest": (set(contexts[i]["full"][0]), contexts[i]["full"][1]),
             "last_n": (set(newest[:BASELINE_TURNS + 1]), None),
@@ -182,6 +187,7 @@ def score_context(turns: list[Turn], contexts: list[dict[str, tuple[list[int], i
             held[f"top_k_at_{name}"] = (_fill(similar, tokens, budget, contiguous=False), None)
             held[f"top_k_neighbours_at_{name}"] = (_fill(neighbours, tokens, budget, contiguous=False), None)
             held[f"last_n_at_{name}"] = (_fill(newest, tokens, budget, contiguous=True), None)
+            held[f"ceiling_at_{name}"] = (_fill(shortest, tokens, budget), None)
         for name, (kept, cost) in held.items():
             cost = int(tokens[sorted(kept)].sum()) if cost is None else cost
             rows.setdefault(name, []).append((cost / full[i], len(kept & earlier) / len(earlier)))
@@ -355,12 +361,13 @@ def format_frontier(m: dict[str, dict[str, float]]) -> list[str]:
     earlier turns each method holds, and the forest's paired difference from each baseline."""
     if not m:
         return ["context: no turn returns to a topic with earlier turns, nothing to score"]
-    head = [METHOD_NAMES[k] for k in FRONTIER_METHODS] + [f"forest - {METHOD_NAMES[k]}" for k in FRONTIER_METHODS[1:]]
+    head = ([METHOD_NAMES[k] for k in FRONTIER_METHODS] + ["ceiling"]
+            + [f"forest - {METHOD_NAMES[k]}" for k in FRONTIER_METHODS[1:]])
     lines = ["context frontier: the share of the current topic's earlier turns the context holds verbatim, every "
-             "method at the same token budget",
+             "method at the same token budget; ceiling: the most any context within the budget can hold",
              f"| budget | {' | '.join(head)} |", "|---|" + "---|" * len(head)]
     for b in FRONTIER_BUDGETS:
-        cells = [cell(m[f"{k}_at_{b}_recall"]) for k in FRONTIER_METHODS]
+        cells = [cell(m[f"{k}_at_{b}_recall"]) for k in (*FRONTIER_METHODS, "ceiling")]
         cells += [cell(m[f"forest_minus_{k}_at_{b}"]) for k in FRONTIER_METHODS[1:]]
         lines.append(f"| {BUDGET_NAMES[b]} | {' | '.join(cells)} |")
     lines.append(f"without a budget: the forest holds {cell(m['forest_recall'])} for {cell(m['forest_tokens'])} of the "

@@ -419,7 +419,7 @@ def test_squad_and_coqa_files_give_stories(tmp_path):
         load_stories(tmp_path / "few.json")
 
 
-def test_the_context_frontier_keeps_every_method_within_its_budget(embedder, tmp_path):
+def test_the_context_frontier_keeps_every_method_within_its_budget_and_below_the_ceiling(embedder, tmp_path):
     from chunktree.track.evaluate import evaluate
 
     report = evaluate(squad_file(tmp_path / "squad.json"), embedder=embedder, dialogues=2, lengths=(14,),
@@ -428,14 +428,33 @@ def test_the_context_frontier_keeps_every_method_within_its_budget(embedder, tmp
     for share in (25, 50, 75):
         for method in ("forest", "last_n", "top_k", "top_k_neighbours"):
             assert m[f"{method}_at_{share}_tokens"] <= share / 100 + 1e-9
-            assert 0.0 <= m[f"{method}_at_{share}_recall"] <= 1.0
+            assert 0.0 <= m[f"{method}_at_{share}_recall"] <= m[f"ceiling_at_{share}_recall"] + 1e-9
             if method != "forest":
                 assert m[f"forest_minus_{method}_at_{share}"] == pytest.approx(
                     m[f"forest_at_{share}_recall"] - m[f"{method}_at_{share}_recall"])
     assert m["full_recall"] == 1.0 and m["full_tokens"] == 1.0
     for method in ("forest", "last_n", "top_k", "top_k_neighbours"):
         assert m[f"{method}_at_last_n_tokens"] <= m["last_n_tokens"] + 1e-9
+        assert m[f"{method}_at_last_n_recall"] <= m["ceiling_at_last_n_recall"] + 1e-9  # no context holds more
     assert m["forest_at_25_recall"] <= m["forest_at_75_recall"] + 1e-9
+
+
+def test_the_ceiling_is_the_most_a_context_within_the_budget_can_hold():
+    """Two stories, turns of 10, 5, 30, 10, 10 and 10 tokens; at 75% of the tokens so far the best
+    context holds the current turn and then its story's shortest earlier turns, worked by hand:
+    turn 2 (33 tokens): itself, 30, and turn 0 (10) no longer fits: 0 of 1;
+    turn 3 (41): itself, turn 0; turn 2 (30) does not fit: 1 of 2;
+    turn 4 (48): itself and turn 1: 1 of 1;
+    turn 5 (56): itself, turns 0 and 3; turn 2 does not fit: 2 of 3."""
+    from chunktree.track.data import Turn
+    from chunktree.track.evaluate import score_context
+
+    turns = [Turn(f"q{i}", f"a{i}", story) for i, story in enumerate([0, 1, 0, 0, 1, 0])]
+    tokens = np.array([10, 5, 30, 10, 10, 10])
+    forest_holds_nothing = [{name: ([], 0) for name in ("full", "25", "50", "75", "last_n")}] * 6
+    m = score_context(turns, forest_holds_nothing, np.eye(6, dtype=np.float32), tokens)
+    assert m["ceiling_at_75_recall"] == pytest.approx(np.mean([0, 1 / 2, 1, 2 / 3]))
+    assert m["forest_minus_top_k_at_75"] == -m["top_k_at_75_recall"]
 
 
 def _synthetic_forest(embedder, n, seed=0):
