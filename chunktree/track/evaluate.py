@@ -160,8 +160,8 @@ def score_context(turns: list[Turn], contexts: list[dict[str, tuple[list[int], i
     (``{method}_at_{budget}``): the forest, top-k (the most similar turns that fit), top-k with
     neighbours (each hit followed by the turns beside it) and last-N (the newest turns that fit);
     and the forest's recall minus each baseline's (``forest_minus_{method}_at_{budget}``); and the
-    ceiling (``ceiling_at_{budget}``): the most any context that holds the current turn can hold
-    within the budget (the topic's shortest earlier turns first)."""
+    ceiling (``ceiling_at_{budget}``): the most any context within the budget can hold (the current
+    turn when it fits, as every method takes it first, then the topic's shortest earlier turns)."""
     stories = np.array([t.story for t in turns])
     full = np.cumsum(tokens)
     rows: dict[str, list[tuple[float, float]]] = {}
