@@ -28,7 +28,11 @@ turn ``j`` (``RELEVANCE_FEATURES``):
   conversation or more says nothing about what a turn needs;
 - ``path_jump``: ``on_path`` when the current turn does not follow the turn before it (a return,
   or a question placed at an earlier turn it matches): past the turn it hangs on, its path holds
-  the turns that led there, not what it asks about.
+  the turns that led there, not what it asks about;
+- ``path_jump_past``: ``path_jump`` for the turns past the one it hangs on (a return's path holds
+  the stretch where its topic was left, a question's the turns before the one it matches);
+- ``path_jump_length``: ``path_jump`` times the log of the number of earlier turns: the longer the
+  conversation, the smaller the part of it a jump's path is.
 
 A logistic model (``RELEVANCE_WEIGHTS``, ``RELEVANCE_BIAS``, fitted by ``bench/fit_context.py`` on
 a mix of conversation kinds) maps them to a relevance. ``choose`` fills a token budget with the
@@ -44,15 +48,16 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 RELEVANCE_FEATURES = ("similarity", "similarity_z", "lexical_z", "neighbour_lift", "tree_fit", "on_path",
-                      "path_position", "path_strong_match", "same_topic", "path_jump")
+                      "path_position", "path_strong_match", "same_topic", "path_jump", "path_jump_past",
+                      "path_jump_length")
 # The features' shapes, set by hand and compared on the LoCoMo half (leave one conversation out) and
 # the stitched dialogues; same_topic's third of the conversation lies between the share a stitched
 # story's tree holds and the share of LoCoMo's largest trees.
 LEXICAL_SHARE = 0.5  # a turn's match: its similarity z-score plus this share of its BM25 z-score
 NEIGHBOURS = 2  # neighbour_lift looks this many turns before and after
 PATH = 6  # on_path: this many ancestors of the current turn
-RELEVANCE_WEIGHTS = np.array([1.135, 0.248, 0.154, 0.249, -0.723, 5.846, -0.876, -0.274, 1.802, -2.177])
-RELEVANCE_BIAS = -3.672
+RELEVANCE_WEIGHTS = np.array([1.148, 0.25, 0.164, 0.242, -0.76, 5.876, -1.013, -0.233, 1.756, -2.065, 1.305, -0.329])
+RELEVANCE_BIAS = -3.653
 # Without a budget the context holds every turn at least RELEVANCE_KEEP relevant; under one, no turn
 # less relevant than RELEVANCE_FLOOR. On bench/fit_context.py's pairs the floor keeps 99% of the
 # LoCoMo evidence turns and 95-99% of the needed turns of the short dialogues, and leaves out 13-24%
@@ -97,7 +102,7 @@ def match(sims: np.ndarray, lexical: np.ndarray, among: np.ndarray) -> np.ndarra
 
 def relevance_features(sims: np.ndarray, lexical: np.ndarray, tree_of: np.ndarray, parent: np.ndarray,
                        current: int | None) -> np.ndarray:
-    """The ``RELEVANCE_FEATURES`` of every node (n x 10, float64) against the current node, or,
+    """The ``RELEVANCE_FEATURES`` of every node (n x 12, float64) against the current node, or,
     with ``current`` None, against a question that is not a turn. ``sims``: each node's cosine
     with the current node (or the question); ``lexical``: each node's BM25 score for its words;
     ``tree_of``: each node's tree id; ``parent``: each node's parent (-1 for a root). The row of
@@ -117,9 +122,10 @@ def relevance_features(sims: np.ndarray, lexical: np.ndarray, tree_of: np.ndarra
     near[rooted] = np.maximum(near[rooted], strength[parent[rooted]])
     best = np.full(int(tree_of.max()) + 1 if n else 0, -1.0)
     np.maximum.at(best, tree_of, np.where(earlier, sims, -np.inf))  # the current turn fits its own tree: left out
-    on_path, position, same, jump = np.zeros(n), np.zeros(n), np.zeros(n), 0.0
+    on_path, position, same, jump, length = np.zeros(n), np.zeros(n), np.zeros(n), 0.0, 0.0
     if current is not None:
         jump = float(parent[current] >= 0 and parent[current] != current - 1)
+        length = float(np.log(max(1, int(earlier.sum()))))
         node, k = int(parent[current]), 1
         while node >= 0 and k <= PATH:
             on_path[node], position[node] = 1.0, np.log(k)
@@ -129,7 +135,8 @@ def relevance_features(sims: np.ndarray, lexical: np.ndarray, tree_of: np.ndarra
         same = mine * max(0.0, 1.0 - 3.0 * share)
     strongest = float(strength.max()) if n else 0.0
     return np.column_stack([sims, sim_z, lex_z, np.maximum(0.0, near - strength), best[tree_of], on_path, position,
-                            on_path * strongest, same, on_path * jump]).astype(np.float64)
+                            on_path * strongest, same, on_path * jump, on_path * jump * (position > 0),
+                            on_path * jump * length]).astype(np.float64)
 
 
 def relevance(features: np.ndarray) -> np.ndarray:
@@ -139,7 +146,7 @@ def relevance(features: np.ndarray) -> np.ndarray:
 
 def reason(row: np.ndarray, p: float, turns_ago: int) -> str:
     """Why a turn is in the context, from its features and relevance."""
-    sim, sim_z, lex_z, lift, _, on_path, position, _, same, _ = row
+    sim, sim_z, lex_z, lift, _, on_path, position, _, same, *_ = row
     parts = [f"similarity {sim:.2f} ({sim_z:+.1f} sd)"]
     if lex_z >= 1:
         parts.append(f"shares words ({lex_z:+.1f} sd)")

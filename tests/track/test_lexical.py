@@ -45,7 +45,8 @@ def _z(x, mask):
 def test_features_against_a_plain_reference():
     """Z-scores over the earlier turns, the neighbour match (two turns either side and the parent),
     the path (the current turn's ancestors, nearest first), the topic's share and the path of a turn
-    that does not follow the turn before it, recomputed here with numpy loops."""
+    that does not follow the turn before it (past the turn it hangs on; times the log of the earlier
+    turns), recomputed here with numpy loops."""
     rng = np.random.default_rng(3)
     n = 40
     sims, lexical = rng.uniform(-0.2, 0.9, n), np.where(rng.random(n) < 0.4, rng.uniform(0, 8, n), 0.0)
@@ -76,11 +77,13 @@ def test_features_against_a_plain_reference():
     np.testing.assert_allclose(x[path, 6], np.log(np.arange(1, PATH + 1)))
     # tree 1 holds 9 of the 39 earlier turns: 1 - 3 * 9/39 = 12/39 for its turns, 0 for the others
     np.testing.assert_allclose(x[:, 8], np.where(tree_of == 1, 12 / 39, 0.0))
-    assert not x[:, 9].any()  # the current turn follows the turn before it: no jump
+    assert not x[:, 9:12].any()  # the current turn follows the turn before it: no jump
     back = relevance_features(sims, lexical, tree_of, parent, 20)  # turn 20 hangs on turn 7: a jump
     assert np.flatnonzero(back[:, 9]).tolist() == [5, 6, 7] and (back[:, 9] == back[:, 5]).all()  # up to its root
+    assert np.flatnonzero(back[:, 10]).tolist() == [5, 6]  # past turn 7, the one it hangs on
+    np.testing.assert_allclose(back[:, 11], back[:, 9] * np.log(n - 1))  # 39 turns besides turn 20
     asked = relevance_features(sims, lexical, tree_of, parent, None)  # a question that is not a turn
-    assert not asked[:, 5:10].any() and np.allclose(asked[:, 1], _z(sims, np.ones(n, bool)))
+    assert not asked[:, 5:12].any() and np.allclose(asked[:, 1], _z(sims, np.ones(n, bool)))
 
 
 def test_the_budget_is_a_cap_and_the_floor_keeps_weak_turns_out():
