@@ -73,12 +73,14 @@ def assignment(stories: np.ndarray, trees: np.ndarray) -> float:
 
 
 def score_dialogue(turns: list[Turn], trees: list[int]) -> dict[str, float]:
-    """The topic metrics of one dialogue: assignment (``assignment``), trees per topic,
+    """The topic metrics of one dialogue: assignment (``assignment``), trees per topic, purity,
     boundaries, Pk and WindowDiff, returns."""
     stories = np.array([t.story for t in turns])
     pred = np.array(trees)
+    majority = sum(int(np.unique(stories[pred == tree], return_counts=True)[1].max()) for tree in set(trees))
     out: dict[str, float] = {"assignment": assignment(stories, pred),
-                             "trees_per_topic": float(np.mean([len(set(pred[stories == s])) for s in set(stories)]))}
+                             "trees_per_topic": float(np.mean([len(set(pred[stories == s])) for s in set(stories)])),
+                             "purity": majority / len(turns)}
     gold_b = np.r_[0, stories[1:] != stories[:-1]].astype(int)
     pred_b = np.r_[0, pred[1:] != pred[:-1]].astype(int)
     tp = int((gold_b & pred_b).sum())
@@ -348,7 +350,8 @@ def interval_note(n: int, what: str) -> list[str]:
 
 ASSIGNMENT_NOTE = ("assignment: the share of turns in their topic's tree, each topic matched to at most one tree and "
                    "each tree to at most one topic (a topic split over two trees loses the turns of the smaller part); "
-                   "trees_per_topic: how many trees a topic's turns spread over; return_accuracy: the share of "
+                   "trees_per_topic: how many trees a topic's turns spread over; purity: the share of turns of their "
+                   "tree's most common topic (splitting a topic does not lower it); return_accuracy: the share of "
                    "returns that resume the tree the topic was left in; return_to_earlier_tree: the share that go to "
                    "another tree holding earlier turns of their topic (the topic was split over two trees)")
 BUDGET_NAMES = {"25": "25% of the history", "50": "50% of the history", "75": "75% of the history",
@@ -391,7 +394,7 @@ def format_chats(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-TOPIC_KEYS = ("assignment", "trees_per_topic", "boundary_precision", "boundary_recall", "boundary_f1", "pk",
+TOPIC_KEYS = ("assignment", "trees_per_topic", "purity", "boundary_precision", "boundary_recall", "boundary_f1", "pk",
               "windowdiff", "return_accuracy", "return_to_earlier_tree")
 
 

@@ -327,11 +327,15 @@ def test_metrics_on_hand_made_segmentations():
     assert one_tree["boundary_recall"] == 0 and one_tree["return_accuracy"] == 1.0
     assert one_tree["assignment"] == 0.5  # the one tree is matched to story 0, which holds 5 of the 10 turns
     assert one_tree["trees_per_topic"] == 1.0 and perfect["trees_per_topic"] == 1.0
+    assert perfect["purity"] == 1.0 and one_tree["purity"] == 0.5  # one tree: its most common story holds 5 of 10
     apart = score_dialogue(turns, list(range(10)))  # every turn a tree of its own: over-splitting does not pay
     assert apart["assignment"] == 0.3 and apart["trees_per_topic"] == 10 / 3  # one turn of each story matched
     split = score_dialogue(turns, [0, 0, 0, 1, 1, 3, 3, 2, 2, 1])  # story 0 split over trees 0 and 3
     assert split["assignment"] == 0.8 and split["return_accuracy"] == 0.5
     assert split["return_to_earlier_tree"] == 0.0  # story 0's return opened tree 3: no tree of story 0 before it
+    assert split["purity"] == 1.0 and apart["purity"] == 1.0  # splitting a story keeps every tree pure
+    mixed = score_dialogue(turns, [0, 0, 0, 0, 1, 1, 1, 2, 2, 2])  # trees of 4, 3 and 3 turns
+    assert mixed["purity"] == (3 + 2 + 2) / 10  # story 0 holds 3 of tree 0, 2 of tree 1; story 2 holds 2 of tree 2
     # story 0 split over trees 0 and 3; its last return goes back to tree 0, not to tree 3 where it was left
     stories = [Turn("q", "a", s) for s in [0, 0, 1, 0, 0, 1, 0]]
     back = score_dialogue(stories, [0, 0, 1, 3, 3, 1, 0])
