@@ -1,7 +1,7 @@
 """What the topic decider can and cannot tell from a turn's text: stitched question sets, turn by
 turn, and hand-written chats.
 
-    python bench/track_limits.py   # needs ../shared/data (CoQA, SQuAD-Shifts)
+    python bench/track_limits.py   # needs ../shared/data (CoQA, SQuAD-Shifts, LoCoMo)
 
 On 30 dialogues of 40 turns stitched from the second half of the CoQA stories and of the
 SQuAD-Shifts articles (``chunktree eval-track``'s), with the shipped decider:
@@ -27,6 +27,13 @@ SQuAD-Shifts articles (``chunktree eval-track``'s), with the shipped decider:
    halves: the forest's assignment and return accuracy as it decides, and again with every tree
    merged into the first tree of its majority story: an oracle that merges exactly the trees
    that share a majority story, what a merge rule could at best reach without moving turns.
+7. Whether the subjects of a long conversation come as stretches, on the LoCoMo half in
+   ``../shared/data/dialogue/locomo_half.json``: how often two evidence utterances of one question
+   from different sittings share a group (``locomo.together``; two turns drawn at random give the
+   chance), for the forest's trees, for K-means clusters of the turns themselves (``select``'s
+   clustering of the turn vectors, K = 10, 20 and 40) and for K-means clusters of stretches of
+   ``STRETCH`` consecutive turns (each stretch's mean vector; a grouping that keeps stretches
+   whole, as the forest's trees do).
 
 Writes ``bench/results/track_limits.json``.
 """
@@ -40,19 +47,24 @@ from train_track_decider import training_data
 
 from chunktree import Embedder
 from chunktree.engine.cache import EmbeddingCache
+from chunktree.engine.embedding import embed_texts
+from chunktree.engine.select import select
 from chunktree.track.data import LabelledDialogue, Turn, load_labelled, load_stories, stitch
 from chunktree.track.decide import Thresholds, content_words, topic_words
 from chunktree.track.evaluate import embed_turns, evaluate_chats, format_chats, run_forest, score_dialogue
 from chunktree.track.forest import Forest
 from chunktree.track.learned import DEFAULT_THRESHOLD, default_decider
+from chunktree.track.locomo import load_locomo, together
 from chunktree.track.train import DEFAULT_HIDDEN, DEFAULT_L2, fit
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
 SETS = {"coqa": DATA / "coqa_test.json", "squad": DATA / "squad_shifts_new_wiki_v1.0.json"}
 CHATS = ROOT / "examples" / "chats.jsonl"
+LOCOMO = DATA / "dialogue" / "locomo_half.json"
 DIALOGUES, LENGTH = 30, 40
 GRID = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
+CLUSTERS, STRETCH = (10, 20, 40), 8
 
 
 def kind(turns: list, i: int) -> str:
@@ -171,8 +183,30 @@ def merge_ceiling(stories: list, embedder: Embedder, cache: EmbeddingCache, deci
             for name, ms in rows.items()}
 
 
+def locomo_subjects(embedder: Embedder, cache: EmbeddingCache, decider) -> dict[str, dict[str, dict[str, float]]]:
+    """Per LoCoMo conversation and grouping (the forest's trees, clusters of turns, clusters of
+    stretches), ``locomo.together`` and the number of groups."""
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for conversation in load_locomo(LOCOMO):
+        vectors = embed_texts(conversation.turns, embedder, cache, prompt="query")[0]
+        forest = Forest(embedder, cache=cache, decider=decider)
+        for text, v in zip(conversation.turns, vectors):
+            forest._place(text, None, v, v)
+        groups = {"the forest's trees": np.array([node.tree for node in forest.nodes])}
+        for k in CLUSTERS:
+            groups[f"turns, K = {k}"] = select(vectors, k).labels
+        stretch = np.arange(len(vectors)) // STRETCH
+        means = np.array([vectors[stretch == s].mean(axis=0) for s in range(stretch[-1] + 1)])
+        for k in CLUSTERS[:2]:
+            groups[f"stretches of {STRETCH} turns, K = {k}"] = select(means, k).labels[stretch]
+        out[conversation.id] = {name: {"groups": float(len(np.unique(g))), **together(np.unique(g, return_inverse=True)[1],
+                                                                                      conversation)}
+                                for name, g in groups.items()}
+    return out
+
+
 def main() -> int:
-    for path in (*SETS.values(), CHATS):
+    for path in (*SETS.values(), CHATS, LOCOMO):
         if not path.is_file():
             print(f"{path} not found", file=sys.stderr)
             return 1
@@ -215,6 +249,14 @@ def main() -> int:
               "| set | trees | assignment | return accuracy | trees per topic |", "|---|---|---|---|---|",
               *(f"| {name} | {how} | {m['assignment']:.3f} | {m['return_accuracy']:.3f} | {m['trees_per_topic']:.3f} |"
                 for name, by in merged.items() for how, m in by.items())]
+    results["locomo_subjects"] = subjects = locomo_subjects(embedder, cache, decider)
+    names = list(next(iter(subjects.values())))
+    lines += ["LoCoMo half: how often two evidence utterances of one question from different sittings share a group, "
+              "against two turns drawn at random (chance), per conversation (groups: evidence together / chance):",
+              f"| grouping | {' | '.join(subjects)} |", "|---|" + "---|" * len(subjects),
+              *(f"| {name} | " + " | ".join(f"{int(by[name]['groups'])}: {by[name]['evidence_together']:.3f} / "
+                                            f"{by[name]['chance_together']:.3f}" for by in subjects.values()) + " |"
+                for name in names)]
     print("\n".join(lines))
     write("track_limits", title(__doc__, "track_limits"), "python bench/track_limits.py", lines, results)
     return 0

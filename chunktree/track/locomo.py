@@ -129,18 +129,24 @@ def fused(*orders: np.ndarray) -> np.ndarray:
     return np.argsort(-score, kind="stable")
 
 
-def _forest_shape(forest: Forest, conversation: LocomoConversation) -> dict[str, float]:
-    """Trees, turns per tree, the largest tree's share, and the co-location of evidence from
-    different sittings (pairs of one question's evidence in one tree) against chance."""
-    trees = np.array([node.tree for node in forest.nodes])
-    sizes = np.bincount(trees).astype(np.float64)
+def together(groups: np.ndarray, conversation: LocomoConversation) -> dict[str, float]:
+    """How often two evidence utterances of one question from different sittings share a group
+    (``groups``: one group id a turn, from 0), against two turns drawn at random."""
+    sizes = np.bincount(groups).astype(np.float64)
     pairs = [(a, b) for q in conversation.questions for i, a in enumerate(q.evidence) for b in q.evidence[i + 1:]
              if conversation.sittings[a] != conversation.sittings[b]]
-    return {"trees": float(len(sizes)), "turns_per_tree": float(sizes.mean()),
-            "largest_tree_share": float(sizes.max() / sizes.sum()),
-            "evidence_pairs": float(len(pairs)),
-            "evidence_together": float(np.mean([trees[a] == trees[b] for a, b in pairs])) if pairs else float("nan"),
+    return {"evidence_pairs": float(len(pairs)),
+            "evidence_together": float(np.mean([groups[a] == groups[b] for a, b in pairs])) if pairs else float("nan"),
             "chance_together": float(((sizes / sizes.sum()) ** 2).sum())}
+
+
+def _forest_shape(forest: Forest, conversation: LocomoConversation) -> dict[str, float]:
+    """Trees, turns per tree, the largest tree's share, and the co-location of evidence from
+    different sittings (``together``)."""
+    trees = np.array([node.tree for node in forest.nodes])
+    sizes = np.bincount(trees).astype(np.float64)
+    return {"trees": float(len(sizes)), "turns_per_tree": float(sizes.mean()),
+            "largest_tree_share": float(sizes.max() / sizes.sum()), **together(trees, conversation)}
 
 
 def _copy(forest: Forest) -> Forest:

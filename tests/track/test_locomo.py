@@ -8,7 +8,7 @@ import pytest
 
 from chunktree.checks import InvalidValueError
 from chunktree.track.data import is_locomo
-from chunktree.track.locomo import KINDS, evaluate_locomo, format_locomo, fused, load_locomo
+from chunktree.track.locomo import KINDS, evaluate_locomo, format_locomo, fused, load_locomo, together
 
 SESSIONS = {
     "session_1": [("Ana", "Hi Ben! I started a pottery class on Tuesdays, my first bowl came out lopsided."),
@@ -72,6 +72,19 @@ def test_reciprocal_rank_fusion():
 
     # item 1: 1/61 + 1/62 (first and second); item 0: 1/64 + 1/61; item 2: 1/62 + 1/64; item 3: 2/63
     assert fused(np.array([1, 2, 3, 0]), np.array([0, 1, 3, 2])).tolist() == [1, 0, 2, 3]
+
+
+def test_evidence_together_counts_pairs_from_different_sittings(tmp_path):
+    """One pair of evidence from different sittings here: the pottery question's D1:3 and D2:4
+    (turns 2 and 8); the other questions' evidence lies in one sitting or names no utterance."""
+    import numpy as np
+
+    conversation = load_locomo(write_locomo(tmp_path / "locomo.json"))[0]
+    by_subject = together(np.array([0, 0, 0, 1, 1, 2, 2, 1, 0]), conversation)  # pottery, Sweden, the dog
+    assert by_subject["evidence_pairs"] == 1 and by_subject["evidence_together"] == 1.0
+    assert by_subject["chance_together"] == pytest.approx((4 ** 2 + 3 ** 2 + 2 ** 2) / 9 ** 2)  # groups of 4, 3 and 2 turns
+    by_sitting = together(np.array(conversation.sittings) - 1, conversation)
+    assert by_sitting["evidence_together"] == 0.0 and by_sitting["chance_together"] == pytest.approx((5 ** 2 + 4 ** 2) / 9 ** 2)
 
 
 def test_evidence_recall_of_every_method_within_each_budget(embedder, tmp_path):
