@@ -56,8 +56,8 @@ RELEVANCE_FEATURES = ("similarity", "similarity_z", "lexical_z", "neighbour_lift
 LEXICAL_SHARE = 0.5  # a turn's match: its similarity z-score plus this share of its BM25 z-score
 NEIGHBOURS = 2  # neighbour_lift looks this many turns before and after
 PATH = 6  # on_path: this many ancestors of the current turn
-RELEVANCE_WEIGHTS = np.array([1.148, 0.25, 0.164, 0.242, -0.76, 5.876, -1.013, -0.233, 1.756, -2.065, 1.305, -0.329])
-RELEVANCE_BIAS = -3.653
+RELEVANCE_WEIGHTS = np.array([1.961, 0.164, 0.169, 0.239, -0.89, 5.769, -0.971, -0.222, 1.663, -1.849, 1.291, -0.369])
+RELEVANCE_BIAS = -3.711
 # Without a budget the context holds every turn at least RELEVANCE_KEEP relevant; under one, no turn
 # less relevant than RELEVANCE_FLOOR. On bench/fit_context.py's pairs the floor keeps 99% of the
 # LoCoMo evidence turns and 95-99% of the needed turns of the short dialogues, and leaves out 16-27%
