@@ -60,8 +60,8 @@ RELEVANCE_WEIGHTS = np.array([1.961, 0.164, 0.169, 0.239, -0.89, 5.769, -0.971, 
 RELEVANCE_BIAS = -3.711
 # Without a budget the context holds every turn at least RELEVANCE_KEEP relevant; under one, no turn
 # less relevant than RELEVANCE_FLOOR. On bench/fit_context.py's pairs the floor keeps 99% of the
-# LoCoMo evidence turns and 95-99% of the needed turns of the short dialogues, and leaves out 16-27%
-# of the others; RELEVANCE_KEEP keeps half the evidence and 60-79% of the needed turns.
+# LoCoMo evidence turns and 95-99% of the needed turns of the short dialogues, and leaves out 13-25%
+# of the others; RELEVANCE_KEEP keeps 56% of the evidence and 60-77% of the needed turns.
 RELEVANCE_KEEP = 0.1
 RELEVANCE_FLOOR = 0.02
 
