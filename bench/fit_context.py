@@ -20,9 +20,10 @@ short dialogues (four sources, a quarter each) and long ones (LoCoMo):
 
 Validation, leave one conversation out: for each LoCoMo conversation, the model fitted on the
 other sources and the other four conversations gives the evidence recall of its questions at each
-budget (both ways of asking). The stitched dialogues are validated by ``bench/eval_track.py`` on
-the second half of the stories. Then the fit on everything gives the weights to paste into
-``RELEVANCE_WEIGHTS`` and ``RELEVANCE_BIAS`` (features on their own scale).
+budget (both ways of asking), over all questions and by question kind. The stitched dialogues
+are validated by ``bench/eval_track.py`` on the second half of the stories. Then the fit on
+everything gives the weights to paste into ``RELEVANCE_WEIGHTS`` and ``RELEVANCE_BIAS`` (features
+on their own scale).
 
 Writes ``bench/results/fit_context.json``.
 """
@@ -39,7 +40,7 @@ from chunktree.track.context import RELEVANCE_FEATURES, RELEVANCE_FLOOR, RELEVAN
 from chunktree.track.data import LabelledDialogue, Turn, labelled_turns, load_labelled, load_stories, stitch
 from chunktree.track.evaluate import _fill, embed_turns
 from chunktree.track.forest import Forest
-from chunktree.track.locomo import LocomoConversation, _copy, load_locomo
+from chunktree.track.locomo import KINDS, LocomoConversation, _copy, load_locomo
 from chunktree.track.train import fit_weights
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -155,6 +156,9 @@ def main() -> int:
                 for b in BUDGETS:
                     validation[way][b].append(recall_at(x, y, tokens, weights, bias, b))
     weights, bias = fit(list(sources.values()), locomo_part(ids))
+    kinds = np.array([q.kind for c in conversations for q in c.questions])  # the order of validation's values
+    by_kind = {way: {kind: {b: float(np.mean(np.array(validation[way][b])[kinds == kind])) for b in BUDGETS}
+                     for kind in KINDS.values()} for way in WAYS}
 
     def kept(part: Pairs, level: float) -> str:
         """The share of the part's positive pairs and of its other pairs at or above ``level``."""
@@ -169,6 +173,10 @@ def main() -> int:
              "| asked | " + " | ".join(f"{b:,} tokens" for b in BUDGETS) + " |", "|---|" + "---|" * len(BUDGETS),
              *(f"| {'as the next turn' if way == 'turn' else 'context(query=)'} | "
                + " | ".join(f"{np.mean(validation[way][b]):.3f}" for b in BUDGETS) + " |" for way in WAYS),
+             "the same by question kind:",
+             "| kind | asked | " + " | ".join(f"{b:,} tokens" for b in BUDGETS) + " |", "|---|---|" + "---|" * len(BUDGETS),
+             *(f"| {kind} | {'as the next turn' if way == 'turn' else 'context(query=)'} | "
+               + " | ".join(f"{by_kind[way][kind][b]:.3f}" for b in BUDGETS) + " |" for kind in KINDS.values() for way in WAYS),
              "fitted on everything (paste into chunktree/track/context.py):",
              "RELEVANCE_WEIGHTS = np.array([" + ", ".join(f"{v:.3f}" for v in weights) + "])  # "
              + ", ".join(RELEVANCE_FEATURES),
@@ -180,6 +188,8 @@ def main() -> int:
     write("fit_context", title(__doc__, "fit_context"), "python bench/fit_context.py", lines,
           {"features": list(RELEVANCE_FEATURES), "weights": weights.tolist(), "bias": bias, "l2": L2,
            "validation": {way: {str(b): float(np.mean(v)) for b, v in by.items()} for way, by in validation.items()},
+           "validation_by_kind": {way: {kind: {str(b): v for b, v in by.items()} for kind, by in kinds_.items()}
+                                  for way, kinds_ in by_kind.items()},
            "pairs": {name: len(p[1]) for name, p in sources.items()}})
     return 0
 
