@@ -32,8 +32,8 @@ SQuAD-Shifts articles (``chunktree eval-track``'s), with the shipped decider:
    from different sittings share a group (``locomo.together``; two turns drawn at random give the
    chance), for the forest's trees, for K-means clusters of the turns themselves (``select``'s
    clustering of the turn vectors, K = 10, 20 and 40) and for K-means clusters of stretches of
-   ``STRETCH`` consecutive turns (each stretch's mean vector; a grouping that keeps stretches
-   whole, as the forest's trees do).
+   ``STRETCH`` consecutive turns (each stretch's mean vector, K = 10 and 20; a grouping that keeps
+   stretches whole, as the forest's trees do).
 
 Writes ``bench/results/track_limits.json``.
 """
