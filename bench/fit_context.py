@@ -7,7 +7,7 @@ Pairs (an earlier turn, the turn or question that needs the context), each with 
 ``RELEVANCE_FEATURES`` and a label, from two kinds of conversation that weigh the same in the fit,
 short dialogues (four sources, a quarter each) and long ones (LoCoMo):
 
-- stitched CoQA and SQuAD-Shifts dialogues (30 each of 20, 40 and 80 turns, each from a seed of
+- stitched CoQA and SQuAD-Shifts dialogues (60 each of 20, 40 and 80 turns, each from a seed of
   its own, from the first half of the stories, the half ``chunktree eval-track`` does not use),
   placed turn by turn by the shipped decider: every earlier turn, labelled 1 when it is of the
   turn's story;
@@ -47,7 +47,7 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 STITCHED = {"coqa": DATA / "coqa_test.json", "squad": DATA / "squad_shifts_new_wiki_v1.0.json"}
 DIALSEG, TIAGE = DATA / "dialogue" / "dialseg711_even.json", DATA / "dialogue" / "tiage_train_dev.json"
 LOCOMO = DATA / "dialogue" / "locomo_half.json"
-LENGTHS, DIALOGUES, L2 = (20, 40, 80), 30, 1.0
+LENGTHS, DIALOGUES, L2 = (20, 40, 80), 60, 1.0
 BUDGETS = (256, 512, 1024, 2048, 4096)
 WAYS = ("turn", "query")  # the question added as a turn, or asked with context(query=)
 
