@@ -56,12 +56,12 @@ RELEVANCE_FEATURES = ("similarity", "similarity_z", "lexical_z", "neighbour_lift
 LEXICAL_SHARE = 0.5  # a turn's match: its similarity z-score plus this share of its BM25 z-score
 NEIGHBOURS = 2  # neighbour_lift looks this many turns before and after
 PATH = 6  # on_path: this many ancestors of the current turn
-RELEVANCE_WEIGHTS = np.array([1.961, 0.164, 0.169, 0.239, -0.89, 5.769, -0.971, -0.222, 1.663, -1.849, 1.291, -0.369])
-RELEVANCE_BIAS = -3.711
+RELEVANCE_WEIGHTS = np.array([2.276, 0.152, 0.169, 0.244, -1.066, 5.669, -0.984, -0.201, 1.256, -1.957, 1.311, -0.333])
+RELEVANCE_BIAS = -3.688
 # Without a budget the context holds every turn at least RELEVANCE_KEEP relevant; under one, no turn
 # less relevant than RELEVANCE_FLOOR. On bench/fit_context.py's pairs the floor keeps 99% of the
-# LoCoMo evidence turns and 95-99% of the needed turns of the short dialogues, and leaves out 13-25%
-# of the others; RELEVANCE_KEEP keeps 56% of the evidence and 60-77% of the needed turns.
+# LoCoMo evidence turns and 95-99% of the needed turns of the short dialogues, and leaves out 12-26%
+# of the others; RELEVANCE_KEEP keeps 57% of the evidence and 58-76% of the needed turns.
 RELEVANCE_KEEP = 0.1
 RELEVANCE_FLOOR = 0.02
 
