@@ -286,8 +286,7 @@ def evaluate(path: str | Path, *, embedder: Any, cache: EmbeddingCache | None = 
     report: dict[str, Any] = {"decider": "thresholds" if decider == "thresholds" else str(decider or "shipped"),
                               "thresholds": thresholds.__dict__, "stories": len(held_out), "dialogues": dialogues,
                               "by_length": {}}
-    for length in lengths:
-        made = [stitch(held_out, length, seed * 1000 + i) for i in range(dialogues)]
+    for length, made in stitched_dialogues(held_out, lengths, dialogues, seed).items():
         rows = []
         for turns, (u, v, c) in tracked(list(zip(made, embed_turns(made, embedder, cache, progress))),
                                         len(made), f"eval-track {length} turns", "dialogue", enabled=progress):
@@ -295,6 +294,14 @@ def evaluate(path: str | Path, *, embedder: Any, cache: EmbeddingCache | None = 
             rows.append({**score_dialogue(turns, trees), **score_context(turns, contexts, u, c)})
         report["by_length"][length] = summarise(rows, seed)
     return report
+
+
+def stitched_dialogues(stories: list[list[tuple[str, str]]], lengths: tuple[int, ...], dialogues: int,
+                       seed: int) -> dict[int, list[list[Turn]]]:
+    """``dialogues`` dialogues of each length stitched from ``stories``, each from a seed of its own:
+    with one seed, a longer dialogue would begin with a shorter one's turns."""
+    return {length: [stitch(stories, length, seed * 1000 + k * dialogues + i) for i in range(dialogues)]
+            for k, length in enumerate(lengths)}
 
 
 def placed_as_labelled(topics: list[Any], trees: list[int]) -> float:

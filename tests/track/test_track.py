@@ -11,7 +11,7 @@ import pytest
 from chunktree.track import Forest, ForestFileError, Thresholds
 from chunktree.track.data import Turn, stitch
 from chunktree.track.decide import content_words
-from chunktree.track.evaluate import _segmentation_errors, score_dialogue
+from chunktree.track.evaluate import _segmentation_errors, score_dialogue, stitched_dialogues
 
 WHALES = [("Why did Captain Ahab hunt the white whale Moby Dick across the oceans?", "Revenge for his lost leg."),
           ("How did the harpooners on the Pequod throw their harpoons at sperm whales?", "From the whaleboats."),
@@ -316,6 +316,18 @@ def test_stitched_dialogues_interleave_and_keep_each_story_in_order():
         stretches = np.diff([0, *changes, 60])
         assert stretches.max() <= 6  # consecutive stretches are of different stories: each is one stretch
         assert any(turns[i].story in {t.story for t in turns[:i]} for i in changes)  # returns happen
+
+
+def test_each_length_of_the_evaluation_is_stitched_from_seeds_of_its_own():
+    """stitch with one seed gives a longer dialogue the shorter one's turns; the evaluation's
+    lengths must be separate samples."""
+    stories = [[(f"s{s} q{i}", f"a{i}") for i in range(12)] for s in range(20)]
+    assert stitch(stories, 40, 3)[:20] == stitch(stories, 20, 3)  # the trap
+    made = stitched_dialogues(stories, (20, 40), 5, seed=0)
+    assert [len(d) for d in made[20]] == [20] * 5 and [len(d) for d in made[40]] == [40] * 5
+    starts = {tuple(t.user for t in d[:20]) for d in made[40]}
+    assert not starts & {tuple(t.user for t in d) for d in made[20]}
+    assert made[20] == stitched_dialogues(stories, (20,), 5, seed=0)[20]  # the first length keeps its seeds
 
 
 def test_metrics_on_hand_made_segmentations():
