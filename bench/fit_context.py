@@ -37,8 +37,8 @@ from record import title, write
 from chunktree import Embedder
 from chunktree.engine.cache import EmbeddingCache
 from chunktree.track.context import RELEVANCE_FEATURES, RELEVANCE_FLOOR, RELEVANCE_KEEP
-from chunktree.track.data import LabelledDialogue, Turn, labelled_turns, load_labelled, load_stories, stitch
-from chunktree.track.evaluate import _fill, embed_turns
+from chunktree.track.data import LabelledDialogue, Turn, labelled_turns, load_labelled, load_stories
+from chunktree.track.evaluate import _fill, embed_turns, stitched_dialogues
 from chunktree.track.forest import Forest
 from chunktree.track.locomo import KINDS, LocomoConversation, _copy, load_locomo
 from chunktree.track.train import fit_weights
@@ -70,9 +70,8 @@ def dialogue_pairs(dialogues: list[list[Turn]], embedder: Embedder, cache: Embed
 
 def stitched(path: Path) -> list[list[Turn]]:
     stories = load_stories(path)
-    half = stories[:len(stories) // 2]
-    # a seed of its own for each dialogue: with one seed, a longer dialogue begins with a shorter one's turns
-    return [stitch(half, length, k * DIALOGUES + i) for k, length in enumerate(LENGTHS) for i in range(DIALOGUES)]
+    made = stitched_dialogues(stories[:len(stories) // 2], LENGTHS, DIALOGUES, seed=0)
+    return [turns for length in LENGTHS for turns in made[length]]
 
 
 def segmented(path: Path) -> list[list[Turn]]:

@@ -199,8 +199,7 @@ def locomo_subjects(embedder: Embedder, cache: EmbeddingCache, decider) -> dict[
         means = np.array([vectors[stretch == s].mean(axis=0) for s in range(stretch[-1] + 1)])
         for k in CLUSTERS[:2]:
             groups[f"stretches of {STRETCH} turns, K = {k}"] = select(means, k).labels[stretch]
-        out[conversation.id] = {name: {"groups": float(len(np.unique(g))), **together(np.unique(g, return_inverse=True)[1],
-                                                                                      conversation)}
+        out[conversation.id] = {name: {"groups": float(len(np.unique(g))), **together(g, conversation)}
                                 for name, g in groups.items()}
     return out
 

@@ -243,7 +243,7 @@ def calibrate(path: str | Path, *, embedder: Any, cache: EmbeddingCache | None =
     mean of boundary F1 and return accuracy."""
     stories = load_stories(path)
     half = stories[:len(stories) // 2]
-    made = [stitch(half, length, seed * 1000 + i) for i in range(dialogues)]
+    made = stitched_dialogues(half, (length,), dialogues, seed)[length]
     embedded = embed_turns(made, embedder, cache, progress)
     grid = list(itertools.product((0.15, 0.2, 0.25, 0.3, 0.35), (0.0, 0.05, 0.1, 0.15, 0.2),
                                   (0.05, 0.1, 0.2, 0.3), (0, 1, 2)))
