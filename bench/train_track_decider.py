@@ -12,6 +12,8 @@ measure it on validation splits of the same public data first.
    the threshold rule and the baselines; and on 30 dialogues of 40 turns stitched from the second
    half of the CoQA stories and of the SQuAD articles (``chunktree eval-track``'s): boundary F1
    and return accuracy.
+   The same figures for deciders fitted with other random starts of the network (``SPREAD_SEEDS``):
+   how far the fit alone moves them, the least difference a change of the decider must beat.
 3. Fit again, with the same settings, on all of it, and write the shipped file with the data,
    settings and validation figures in its ``info``.
 
@@ -40,6 +42,7 @@ COQA = DATA / "coqa_test.json"
 SQUAD = DATA / "squad_shifts_new_wiki_v1.0.json"
 TARGET = Path(__file__).resolve().parents[1] / "chunktree" / "data" / "track_decider.npz"
 VALIDATION_SHARE = 0.3
+SPREAD_SEEDS = (1, 2)  # the shipped decider's network starts from seed 0
 
 
 def split(path: Path, labelled: list[LabelledDialogue], segmented: list[SegmentedDialogue]
@@ -90,6 +93,19 @@ def main() -> int:
         lines.append(f"validation, 30 dialogues of 40 turns stitched from the second half of {path.name}: boundary F1 "
                      f"{m['boundary_f1']['mean']:.3f}, return accuracy {m['return_accuracy']['mean']:.3f}, "
                      f"Pk {m['pk']['mean']:.3f} (return_similarity {decider.return_similarity})")
+    results["seed_spread"] = {}
+    for seed in SPREAD_SEEDS:
+        other = fit(train, embedder, cache, seed=seed, **settings)
+        row = {name: round(evaluate_segmentation(dialogues, embedder, cache, decider=other)["methods"]["forest"]["pk"]
+                           ["mean"], 3) for name, dialogues in validation.items()}
+        for name, path in (("coqa", COQA), ("squad", SQUAD)):
+            m = evaluate(path, embedder=embedder, cache=cache, dialogues=30, lengths=(40,), decider=other)["by_length"][40]
+            row[f"{name}_return_accuracy"] = round(m["return_accuracy"]["mean"], 3)
+        results["seed_spread"][seed] = row
+        lines.append(f"the same fit, network seed {seed}: validation Pk "
+                     + ", ".join(f"{name} {row[name]}" for name in validation)
+                     + f"; return accuracy at 40 turns CoQA {row['coqa_return_accuracy']}, "
+                     f"SQuAD-Shifts {row['squad_return_accuracy']}")
     shipped = fit(everything, embedder, cache, progress=True, info={
         "data": ["DialSeg711 even half (shared/data/dialogue/dialseg711_even.json)",
                  "TIAGE train + dev (shared/data/dialogue/tiage_train_dev.json)",

@@ -165,14 +165,15 @@ def choose_return_similarity(decider: LearnedDecider, dialogues: list[LabelledDi
 
 def fit(dialogues: list[LabelledDialogue], embedder: Any, cache: Any = None, *, hidden: int = DEFAULT_HIDDEN,
         l2: float = DEFAULT_L2, threshold: float = DEFAULT_THRESHOLD, info: dict[str, Any] | None = None,
-        progress: Progress = False) -> LearnedDecider:
-    """Fit a decider on ``dialogues``: the weights (``hidden`` tanh units; a logistic regression
-    with ``hidden=0`` or on fewer than ``MIN_NETWORK_PAIRS`` turn-tree pairs), then
-    ``return_similarity`` on those with returns (None when none has one). ``info["hidden"]`` says
-    which was made. Data of fewer than ``MIN_PAIRS`` pairs or ``MIN_CHANGES`` topic changes is
+        progress: Progress = False, seed: int = 0) -> LearnedDecider:
+    """Fit a decider on ``dialogues``: the weights (``hidden`` tanh units, started from ``seed``; a
+    logistic regression with ``hidden=0`` or on fewer than ``MIN_NETWORK_PAIRS`` turn-tree pairs),
+    then ``return_similarity`` on those with returns (None when none has one). ``info["hidden"]``
+    says which was made. Data of fewer than ``MIN_PAIRS`` pairs or ``MIN_CHANGES`` topic changes is
     refused with an ``InvalidValueError`` that gives the counts."""
     number(threshold, "threshold", 0.0, 1.0, low_open=True)
     integer(hidden, "hidden", 0)
+    integer(seed, "seed", 0)
     number(l2, "l2", 0.0)
     if not dialogues:
         raise InvalidValueError("fit needs at least one dialogue")
@@ -193,13 +194,14 @@ def fit(dialogues: list[LabelledDialogue], embedder: Any, cache: Any = None, *, 
     if y.size < MIN_NETWORK_PAIRS:
         hidden = 0
     if hidden:
-        w, mean, scale, w1, b1 = fit_network(x, y, hidden, l2, row_weights)
+        w, mean, scale, w1, b1 = fit_network(x, y, hidden, l2, row_weights, seed)
         decider = LearnedDecider(w, mean, scale, threshold, hidden_weights=w1, hidden_bias=b1)
     else:
         w, mean, scale = fit_weights(x, y, l2, row_weights)
         decider = LearnedDecider(w, mean, scale, threshold)
     back, grid = choose_return_similarity(decider, dialogues, vectors, embedder)
     made = {"pairs": len(y), "positives": int(y.sum()), "dialogues": len(dialogues), "pairs_by_source": counts,
-            "hidden": hidden, "l2": l2, "threshold": threshold, "return_similarity": back, "return_grid": grid,
+            "hidden": hidden, "l2": l2, "seed": seed, "threshold": threshold, "return_similarity": back,
+            "return_grid": grid,
             "model": embedder.model_id, "fit_seconds": round(time.perf_counter() - t0, 1)}
     return dataclasses.replace(decider, return_similarity=back, info={**made, **(info or {})})

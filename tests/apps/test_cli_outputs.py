@@ -89,6 +89,7 @@ def test_track_save_refuses_an_existing_conversation_file(tmp_path, cli):
     (["serve", "--queue-timeout", "nan"], "argument --queue-timeout: must be a finite number > 0"),
     (["train-track", "x.jsonl", "-o", "d.npz", "--threshold", "2"], "argument --threshold: must be a finite number >= 0 "
                                                                     "and <= 1"),
+    (["train-track", "x.jsonl", "-o", "d.npz", "--seed", "-1"], "argument --seed: must be >= 0; got -1"),
     (["eval-track", "x.json", "--lengths", "1"], "argument --lengths: must be >= 2; got 1"),
     (["order", "examples/notes", "--model", "nope"], "--model must be one of"),
     (["read", "examples/notes", "--extractive", "--embed-model", "nope"], "--embed-model must be one of"),

@@ -83,6 +83,9 @@ def register(sub: Any) -> None:
                    help="tanh units in the hidden layer; 0 for a logistic regression, which is also what fewer "
                         f"than {MIN_NETWORK_PAIRS:,} turn-tree pairs get (default %(default)s)")
     p.add_argument("--l2", type=options.float_in(0.0), default=DEFAULT_L2, help="L2 regularisation (default %(default)s)")
+    p.add_argument("--seed", type=options.int_in(0), default=0,
+                   help="the random start of the network (default %(default)s); fits with other seeds show how much "
+                        "the fit alone moves a decider's figures")
     p.add_argument("--threshold", type=options.float_in(0.0, high=1.0), default=DEFAULT_THRESHOLD,
                    help="the least probability that keeps a turn in an existing tree (default %(default)s)")
     options.add_embedder_args(p)
@@ -197,7 +200,7 @@ def cmd_train_track(args: argparse.Namespace) -> int:
     common.check_output(args, args.output, "-o")
     dialogues = [d for path in args.files for d in load_labelled(path)]  # every file read before any work
     decider = fit(dialogues, common.make_embedder(args), common.open_cache(args), hidden=args.hidden, l2=args.l2,
-                  threshold=args.threshold,
+                  threshold=args.threshold, seed=args.seed,
                   info={"data": [str(p) for p in args.files]}, progress=common.progress(args))
     decider.save(args.output)
     hidden = decider.info["hidden"]
