@@ -40,7 +40,7 @@ from chunktree.track.context import RELEVANCE_FEATURES, RELEVANCE_FLOOR, RELEVAN
 from chunktree.track.data import LabelledDialogue, Turn, labelled_turns, load_labelled, load_stories
 from chunktree.track.evaluate import _fill, embed_turns, stitched_dialogues
 from chunktree.track.forest import Forest
-from chunktree.track.locomo import KINDS, LocomoConversation, _copy, load_locomo
+from chunktree.track.locomo import KINDS, LocomoConversation, _copy, conversation_forest, load_locomo
 from chunktree.track.train import fit_weights
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
@@ -94,9 +94,7 @@ def locomo_pairs(conversation: LocomoConversation, embedder: Embedder, cache: Em
 
     turns, questions = conversation.turns, conversation.questions
     vectors, _ = embed_texts(turns + [q.text for q in questions], embedder, cache)
-    forest = Forest(embedder)
-    for text, v in zip(turns, vectors):
-        forest._place(text, None, v, v)
+    forest = conversation_forest(conversation, vectors[:len(turns)], embedder)
     n = len(turns)
     out: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {way: ([], []) for way in WAYS}
     for q, v in zip(questions, vectors[n:]):

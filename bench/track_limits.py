@@ -54,7 +54,7 @@ from chunktree.track.decide import Thresholds, content_words, topic_words
 from chunktree.track.evaluate import embed_turns, evaluate_chats, format_chats, run_forest, score_dialogue
 from chunktree.track.forest import Forest
 from chunktree.track.learned import DEFAULT_THRESHOLD, default_decider
-from chunktree.track.locomo import load_locomo, together
+from chunktree.track.locomo import conversation_forest, load_locomo, together
 from chunktree.track.train import DEFAULT_HIDDEN, DEFAULT_L2, fit
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -189,9 +189,7 @@ def locomo_subjects(embedder: Embedder, cache: EmbeddingCache, decider) -> dict[
     out: dict[str, dict[str, dict[str, float]]] = {}
     for conversation in load_locomo(LOCOMO):
         vectors = embed_texts(conversation.turns, embedder, cache, prompt="query")[0]
-        forest = Forest(embedder, cache=cache, decider=decider)
-        for text, v in zip(conversation.turns, vectors):
-            forest._place(text, None, v, v)
+        forest = conversation_forest(conversation, vectors, embedder, cache, decider)
         groups = {"the forest's trees": np.array([node.tree for node in forest.nodes])}
         for k in CLUSTERS:
             groups[f"turns, K = {k}"] = select(vectors, k).labels

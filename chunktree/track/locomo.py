@@ -156,6 +156,16 @@ def _copy(forest: Forest) -> Forest:
     return copy.deepcopy(forest, shared)
 
 
+def conversation_forest(conversation: LocomoConversation, vectors: np.ndarray, embedder: Any,
+                        cache: EmbeddingCache | None = None, decider: Any = None) -> Forest:
+    """The forest of a conversation's utterances, each placed as a turn from its vector (one row an
+    utterance, in order)."""
+    forest = Forest(embedder, cache=cache, decider=decider)
+    for text, v in zip(conversation.turns, vectors):
+        forest._place(text, None, v, v)
+    return forest
+
+
 def evaluate_conversation(conversation: LocomoConversation, embedder: Any, cache: EmbeddingCache | None,
                           budgets: tuple[int, ...] = BUDGETS, decider: Any = None) -> dict[str, Any]:
     """Evidence recall of every method at every budget for each question of one conversation
@@ -164,9 +174,7 @@ def evaluate_conversation(conversation: LocomoConversation, embedder: Any, cache
     vectors, _ = embed_texts(turns + [q.text for q in questions], embedder, cache, prompt="query")
     turn_vectors, question_vectors = vectors[:len(turns)], vectors[len(turns):]
     tokens = embedder.count_tokens(turns)
-    forest = Forest(embedder, cache=cache, decider=decider)
-    for text, v in zip(turns, turn_vectors):
-        forest._place(text, None, v, v)
+    forest = conversation_forest(conversation, turn_vectors, embedder, cache, decider)
     n = len(turns)
     recall: dict[str, dict[int, list[float]]] = {m: {b: [] for b in budgets} for m in METHODS}
     for q, v in zip(questions, question_vectors):
