@@ -34,6 +34,11 @@ SQuAD-Shifts articles (``chunktree eval-track``'s), with the shipped decider:
    clustering of the turn vectors, K = 10, 20 and 40) and for K-means clusters of stretches of
    ``STRETCH`` consecutive turns (each stretch's mean vector, K = 10 and 20; a grouping that keeps
    stretches whole, as the forest's trees do).
+8. Whether trees that follow those subjects would make the context hold more: the relevance model
+   fitted as ``bench/fit_context.py`` fits it and validated the same way (each LoCoMo conversation
+   left out of the fit in turn), once with the forest's trees and once with each utterance's tree
+   replaced by its K-means cluster (``SUBJECTS`` clusters of the turn vectors, the question in the
+   cluster of the nearest centre). Every other feature is computed as the forest computes it.
 
 Writes ``bench/results/track_limits.json``.
 """
@@ -41,6 +46,7 @@ Writes ``bench/results/track_limits.json``.
 import sys
 from pathlib import Path
 
+import fit_context
 import numpy as np
 from record import title, write
 from train_track_decider import training_data
@@ -49,12 +55,14 @@ from chunktree import Embedder
 from chunktree.engine.cache import EmbeddingCache
 from chunktree.engine.embedding import embed_texts
 from chunktree.engine.select import select
+from chunktree.track.context import relevance_features
 from chunktree.track.data import LabelledDialogue, Turn, load_labelled, load_stories, stitch
 from chunktree.track.decide import Thresholds, content_words, topic_words
 from chunktree.track.evaluate import embed_turns, evaluate_chats, format_chats, run_forest, score_dialogue
 from chunktree.track.forest import Forest
 from chunktree.track.learned import DEFAULT_THRESHOLD, default_decider
-from chunktree.track.locomo import conversation_forest, load_locomo, together
+from chunktree.track.lexical import lexical_tokens
+from chunktree.track.locomo import _copy, conversation_forest, load_locomo, together
 from chunktree.track.train import DEFAULT_HIDDEN, DEFAULT_L2, fit
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,6 +73,7 @@ LOCOMO = DATA / "dialogue" / "locomo_half.json"
 DIALOGUES, LENGTH = 30, 40
 GRID = (0.3, 0.4, 0.5, 0.6, 0.7, 0.8)
 CLUSTERS, STRETCH = (10, 20, 40), 8
+SUBJECTS = 10
 
 
 def kind(turns: list, i: int) -> str:
@@ -202,6 +211,58 @@ def locomo_subjects(embedder: Embedder, cache: EmbeddingCache, decider) -> dict[
     return out
 
 
+def subject_pairs(conversation, embedder: Embedder, cache: EmbeddingCache) -> dict[str, tuple[list, list]]:
+    """``fit_context.locomo_pairs`` with each utterance's tree replaced by its cluster
+    (``SUBJECTS`` K-means clusters of the turn vectors) and each question's by the cluster of the
+    nearest centre."""
+    turns, questions = conversation.turns, conversation.questions
+    vectors = embed_texts(turns + [q.text for q in questions], embedder, cache)[0]
+    n = len(turns)
+    forest = conversation_forest(conversation, vectors[:n], embedder)
+    labels = select(vectors[:n], SUBJECTS).labels
+    centres = np.array([vectors[:n][labels == g].mean(axis=0) for g in range(int(labels.max()) + 1)])
+    out: dict[str, tuple[list, list]] = {way: ([], []) for way in fit_context.WAYS}
+    for q, v in zip(questions, vectors[n:]):
+        y = np.zeros(n)
+        y[list(q.evidence)] = 1.0
+        asked = _copy(forest)
+        asked._place(q.text, None, v, v)
+        lexical = forest._lexical.scores(lexical_tokens(q.text))
+        group = np.append(labels, int(np.argmax(centres @ v)))
+        as_turn = relevance_features(asked._vectors[:n + 1] @ v, asked._lexical.scores(lexical_tokens(q.text)), group,
+                                     asked._parent[:n + 1], n)[:n]
+        as_query = relevance_features(vectors[:n] @ v, lexical, labels, forest._parent[:n], None)
+        for way, x in (("turn", as_turn), ("query", as_query)):
+            out[way][0].append(x)
+            out[way][1].append(y)
+    return out
+
+
+def subjects_as_trees(embedder: Embedder, cache: EmbeddingCache) -> dict[str, dict[str, dict[str, float]]]:
+    """LoCoMo evidence recall by budget, each conversation left out of the relevance fit, with the
+    forest's trees and with subject clusters as the trees (``fit_context``'s data and fit)."""
+    short = [fit_context.dialogue_pairs(fit_context.stitched(path), embedder, cache)
+             for path in fit_context.STITCHED.values()]
+    short += [fit_context.dialogue_pairs(fit_context.segmented(path), embedder, cache)
+              for path in (fit_context.DIALSEG, fit_context.TIAGE)]
+    conversations = load_locomo(LOCOMO)
+    out: dict[str, dict[str, dict[str, float]]] = {}
+    for trees, pairs_of in (("the forest's trees", fit_context.locomo_pairs), (f"K-means clusters, K = {SUBJECTS}", subject_pairs)):
+        pairs = {c.id: pairs_of(c, embedder, cache) for c in conversations}
+        recall: dict[str, dict[int, list[float]]] = {way: {b: [] for b in fit_context.BUDGETS} for way in fit_context.WAYS}
+        for held in conversations:
+            rest = [pairs[c.id][way] for c in conversations if c.id != held.id for way in fit_context.WAYS]
+            weights, bias = fit_context.fit(short, (np.concatenate([x for xs, _ in rest for x in xs]),
+                                                    np.concatenate([y for _, ys in rest for y in ys])))
+            tokens = embedder.count_tokens(held.turns)
+            for way in fit_context.WAYS:
+                for x, y in zip(*pairs[held.id][way]):
+                    for b in fit_context.BUDGETS:
+                        recall[way][b].append(fit_context.recall_at(x, y, tokens, weights, bias, b))
+        out[trees] = {way: {str(b): float(np.mean(v)) for b, v in by.items()} for way, by in recall.items()}
+    return out
+
+
 def main() -> int:
     for path in (*SETS.values(), CHATS, LOCOMO):
         if not path.is_file():
@@ -254,6 +315,14 @@ def main() -> int:
               *(f"| {name} | " + " | ".join(f"{int(by[name]['groups'])}: {by[name]['evidence_together']:.3f} / "
                                             f"{by[name]['chance_together']:.3f}" for by in subjects.values()) + " |"
                 for name in names)]
+    results["subjects_as_trees"] = as_trees = subjects_as_trees(embedder, cache)
+    lines += ["LoCoMo half: evidence recall, each conversation left out of the relevance fit, with the forest's trees and "
+              "with subject clusters as the trees:",
+              "| trees | asked | " + " | ".join(f"{b:,} tokens" for b in fit_context.BUDGETS) + " |",
+              "|---|---|" + "---|" * len(fit_context.BUDGETS),
+              *(f"| {trees} | {'as the next turn' if way == 'turn' else 'context(query=)'} | "
+                + " | ".join(f"{v:.3f}" for v in by.values()) + " |" for trees, ways in as_trees.items()
+                for way, by in ways.items())]
     print("\n".join(lines))
     write("track_limits", title(__doc__, "track_limits"), "python bench/track_limits.py", lines, results)
     return 0
