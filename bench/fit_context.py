@@ -126,33 +126,49 @@ def recall_at(x: np.ndarray, y: np.ndarray, tokens: np.ndarray, weights: np.ndar
     return len(held & set(np.flatnonzero(y).tolist())) / float(y.sum())
 
 
+def short_pairs(embedder: Embedder, cache: EmbeddingCache) -> dict[str, Pairs]:
+    """The short dialogues' pairs by source: stitched CoQA and SQuAD-Shifts, DialSeg711, TIAGE."""
+    sources: dict[str, Pairs] = {name: dialogue_pairs(stitched(path), embedder, cache) for name, path in STITCHED.items()}
+    for path in (DIALSEG, TIAGE):
+        sources[path.stem] = dialogue_pairs(segmented(path), embedder, cache)
+    return sources
+
+
+def locomo_part(locomo: dict[str, dict[str, tuple[list[np.ndarray], list[np.ndarray]]]], ids: list[str]) -> Pairs:
+    """The pairs of the conversations ``ids``, both ways of asking."""
+    xs = [x for i in ids for way in WAYS for x in locomo[i][way][0]]
+    ys = [y for i in ids for way in WAYS for y in locomo[i][way][1]]
+    return np.concatenate(xs), np.concatenate(ys)
+
+
+def left_out_recall(short: list[Pairs], locomo: dict[str, dict[str, tuple[list[np.ndarray], list[np.ndarray]]]],
+                    conversations: list[LocomoConversation], embedder: Embedder) -> dict[str, dict[int, list[float]]]:
+    """Per way of asking and budget, the evidence recall of every question (conversation by
+    conversation, in order), each conversation ranked by the model fitted without it."""
+    ids = [c.id for c in conversations]
+    recall: dict[str, dict[int, list[float]]] = {way: {b: [] for b in BUDGETS} for way in WAYS}
+    for held, conversation in zip(ids, conversations):
+        weights, bias = fit(short, locomo_part(locomo, [i for i in ids if i != held]))
+        tokens = embedder.count_tokens(conversation.turns)
+        for way in WAYS:
+            for x, y in zip(*locomo[held][way]):
+                for b in BUDGETS:
+                    recall[way][b].append(recall_at(x, y, tokens, weights, bias, b))
+    return recall
+
+
 def main() -> int:
     for path in (*STITCHED.values(), DIALSEG, TIAGE, LOCOMO):
         if not path.is_file():
             print(f"{path} not found", file=sys.stderr)
             return 1
     embedder, cache = Embedder(), EmbeddingCache()
-    sources: dict[str, Pairs] = {name: dialogue_pairs(stitched(path), embedder, cache) for name, path in STITCHED.items()}
-    for path in (DIALSEG, TIAGE):
-        sources[path.stem] = dialogue_pairs(segmented(path), embedder, cache)
+    sources = short_pairs(embedder, cache)
     conversations = load_locomo(LOCOMO)
     locomo = {c.id: locomo_pairs(c, embedder, cache) for c in conversations}
-
-    def locomo_part(ids: list[str]) -> Pairs:
-        xs = [x for i in ids for way in WAYS for x in locomo[i][way][0]]
-        ys = [y for i in ids for way in WAYS for y in locomo[i][way][1]]
-        return np.concatenate(xs), np.concatenate(ys)
-
     ids = [c.id for c in conversations]
-    validation: dict[str, dict[int, list[float]]] = {way: {b: [] for b in BUDGETS} for way in WAYS}
-    for held, conversation in zip(ids, conversations):
-        weights, bias = fit(list(sources.values()), locomo_part([i for i in ids if i != held]))
-        tokens = embedder.count_tokens(conversation.turns)
-        for way in WAYS:
-            for x, y in zip(*locomo[held][way]):
-                for b in BUDGETS:
-                    validation[way][b].append(recall_at(x, y, tokens, weights, bias, b))
-    weights, bias = fit(list(sources.values()), locomo_part(ids))
+    validation = left_out_recall(list(sources.values()), locomo, conversations, embedder)
+    weights, bias = fit(list(sources.values()), locomo_part(locomo, ids))
     kinds = np.array([q.kind for c in conversations for q in c.questions])  # the order of validation's values
     by_kind = {way: {kind: {b: float(np.mean(np.array(validation[way][b])[kinds == kind])) for b in BUDGETS}
                      for kind in KINDS.values()} for way in WAYS}
@@ -162,7 +178,7 @@ def main() -> int:
         p = part[0] @ weights + bias >= np.log(level / (1 - level))
         return f"{p[part[1] > 0].mean():.3f} / {p[part[1] == 0].mean():.3f}"
 
-    parts = {**sources, "LoCoMo": locomo_part(ids)}
+    parts = {**sources, "LoCoMo": locomo_part(locomo, ids)}
     lines = [f"pairs: {', '.join(f'{name} {len(p[1]):,} ({int(p[1].sum()):,} positive)' for name, p in sources.items())}, "
              f"LoCoMo {sum(len(y) for i in ids for y in locomo[i]['turn'][1]):,} per way of asking "
              f"({sum(len(locomo[i]['turn'][1]) for i in ids)} questions, {len(ids)} conversations)",

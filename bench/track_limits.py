@@ -227,11 +227,11 @@ def subject_pairs(conversation, embedder: Embedder, cache: EmbeddingCache) -> di
         y[list(q.evidence)] = 1.0
         asked = _copy(forest)
         asked._place(q.text, None, v, v)
-        lexical = forest._lexical.scores(lexical_tokens(q.text))
+        words = lexical_tokens(q.text)
         group = np.append(labels, int(np.argmax(centres @ v)))
-        as_turn = relevance_features(asked._vectors[:n + 1] @ v, asked._lexical.scores(lexical_tokens(q.text)), group,
+        as_turn = relevance_features(asked._vectors[:n + 1] @ v, asked._lexical.scores(words), group,
                                      asked._parent[:n + 1], n)[:n]
-        as_query = relevance_features(vectors[:n] @ v, lexical, labels, forest._parent[:n], None)
+        as_query = relevance_features(vectors[:n] @ v, forest._lexical.scores(words), labels, forest._parent[:n], None)
         for way, x in (("turn", as_turn), ("query", as_query)):
             out[way][0].append(x)
             out[way][1].append(y)
@@ -241,24 +241,13 @@ def subject_pairs(conversation, embedder: Embedder, cache: EmbeddingCache) -> di
 def subjects_as_trees(embedder: Embedder, cache: EmbeddingCache) -> dict[str, dict[str, dict[str, float]]]:
     """LoCoMo evidence recall by budget, each conversation left out of the relevance fit, with the
     forest's trees and with subject clusters as the trees (``fit_context``'s data and fit)."""
-    short = [fit_context.dialogue_pairs(fit_context.stitched(path), embedder, cache)
-             for path in fit_context.STITCHED.values()]
-    short += [fit_context.dialogue_pairs(fit_context.segmented(path), embedder, cache)
-              for path in (fit_context.DIALSEG, fit_context.TIAGE)]
+    short = list(fit_context.short_pairs(embedder, cache).values())
     conversations = load_locomo(LOCOMO)
     out: dict[str, dict[str, dict[str, float]]] = {}
-    for trees, pairs_of in (("the forest's trees", fit_context.locomo_pairs), (f"K-means clusters, K = {SUBJECTS}", subject_pairs)):
-        pairs = {c.id: pairs_of(c, embedder, cache) for c in conversations}
-        recall: dict[str, dict[int, list[float]]] = {way: {b: [] for b in fit_context.BUDGETS} for way in fit_context.WAYS}
-        for held in conversations:
-            rest = [pairs[c.id][way] for c in conversations if c.id != held.id for way in fit_context.WAYS]
-            weights, bias = fit_context.fit(short, (np.concatenate([x for xs, _ in rest for x in xs]),
-                                                    np.concatenate([y for _, ys in rest for y in ys])))
-            tokens = embedder.count_tokens(held.turns)
-            for way in fit_context.WAYS:
-                for x, y in zip(*pairs[held.id][way]):
-                    for b in fit_context.BUDGETS:
-                        recall[way][b].append(fit_context.recall_at(x, y, tokens, weights, bias, b))
+    for trees, pairs_of in (("the forest's trees", fit_context.locomo_pairs),
+                            (f"K-means clusters, K = {SUBJECTS}", subject_pairs)):
+        locomo = {c.id: pairs_of(c, embedder, cache) for c in conversations}
+        recall = fit_context.left_out_recall(short, locomo, conversations, embedder)
         out[trees] = {way: {str(b): float(np.mean(v)) for b, v in by.items()} for way, by in recall.items()}
     return out
 
