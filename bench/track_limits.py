@@ -26,7 +26,9 @@ SQuAD-Shifts articles (``chunktree eval-track``'s), with the shipped decider:
 6. The ceiling of merging trees after the fact, on 30 dialogues of 80 turns from the same second
    halves: the forest's assignment and return accuracy as it decides, and again with every tree
    merged into the first tree of its majority story: an oracle that merges exactly the trees
-   that share a majority story, what a merge rule could at best reach without moving turns.
+   that share a majority story, what a merge rule could at best reach without moving turns. And
+   the return accuracy of the forest's decision when every earlier turn was placed as labelled:
+   how far the returns' misses come from the turn itself and how far from earlier misplacements.
 7. Whether the subjects of a long conversation come as stretches, on the LoCoMo half in
    ``../shared/data/dialogue/locomo_half.json``: how often two evidence utterances of one question
    from different sittings share a group (``locomo.together``; two turns drawn at random give the
@@ -179,17 +181,35 @@ def oracle_merge(turns: list[Turn], trees: list[int]) -> list[int]:
     return [first[majority[tree]] for tree in trees]
 
 
+def forced_returns(turns: list[Turn], u: np.ndarray, v: np.ndarray, embedder: Embedder, decider) -> list[bool]:
+    """At each return, whether the forest sends the turn to its story's tree when every earlier
+    turn was placed as its label says (the forest's whole decision: the decider, its return rule
+    and the strong-match rule)."""
+    forest, tree_of, resumed = Forest(embedder, decider=decider), {}, []
+    for i, turn in enumerate(turns):
+        gold = tree_of.get(turn.story)
+        if kind(turns, i) == "returns":
+            resumed.append(_copy(forest)._place(turn.user, turn.assistant, u[i], v[i]).tree == gold)
+        tree_of[turn.story] = forest.force(turn.user, turn.assistant, v[i], gold).tree
+    return resumed
+
+
 def merge_ceiling(stories: list, embedder: Embedder, cache: EmbeddingCache, decider) -> dict[str, dict[str, float]]:
     """Section 6: assignment, return accuracy and trees per topic as the forest decides, and after
-    ``oracle_merge``."""
+    ``oracle_merge``; and the return accuracy with every earlier turn placed as labelled."""
     dialogues = [stitch(stories, MERGE_LENGTH, i) for i in range(DIALOGUES)]
     rows: dict[str, list[dict[str, float]]] = {"as decided": [], "oracle merge": []}
+    resumed: list[float] = []  # per dialogue, as score_dialogue averages
     for turns, (u, v, _) in zip(dialogues, embed_turns(dialogues, embedder, cache, False)):
         trees = run_forest(turns, u, v, embedder, Thresholds(), decider)[0]
         rows["as decided"].append(score_dialogue(turns, trees))
         rows["oracle merge"].append(score_dialogue(turns, oracle_merge(turns, trees)))
-    return {name: {k: float(np.nanmean([m[k] for m in ms])) for k in ("assignment", "return_accuracy", "trees_per_topic")}
-            for name, ms in rows.items()}
+        forced = forced_returns(turns, u, v, embedder, decider)
+        resumed.append(float(np.mean(forced)) if forced else float("nan"))
+    out = {name: {k: float(np.nanmean([m[k] for m in ms])) for k in ("assignment", "return_accuracy", "trees_per_topic")}
+           for name, ms in rows.items()}
+    out["earlier turns placed as labelled"] = {"return_accuracy": float(np.nanmean(resumed))}
+    return out
 
 
 def locomo_subjects(embedder: Embedder, cache: EmbeddingCache, decider) -> dict[str, dict[str, dict[str, float]]]:
@@ -292,9 +312,11 @@ def main() -> int:
                 for name, by in answers.items() for on, m in by.items())]
     results["merge_ceiling"] = merged
     lines += [f"{DIALOGUES} dialogues of {MERGE_LENGTH} turns from the second half, as the forest decides and with every tree "
-              "merged into its majority story's first tree (oracle merge):",
+              "merged into its majority story's first tree (oracle merge); and the return accuracy when every earlier turn "
+              "was placed as labelled:",
               "| set | trees | assignment | return accuracy | trees per topic |", "|---|---|---|---|---|",
-              *(f"| {name} | {how} | {m['assignment']:.3f} | {m['return_accuracy']:.3f} | {m['trees_per_topic']:.3f} |"
+              *(f"| {name} | {how} | " + " | ".join(f"{m[k]:.3f}" if k in m else "-" for k in
+                                                   ("assignment", "return_accuracy", "trees_per_topic")) + " |"
                 for name, by in merged.items() for how, m in by.items())]
     results["locomo_subjects"] = subjects = locomo_subjects(embedder, cache, decider)
     names = list(next(iter(subjects.values())))
