@@ -64,7 +64,7 @@ from chunktree.track.evaluate import embed_turns, evaluate_chats, format_chats, 
 from chunktree.track.forest import Forest
 from chunktree.track.learned import DEFAULT_THRESHOLD, default_decider
 from chunktree.track.lexical import lexical_tokens
-from chunktree.track.locomo import _copy, conversation_forest, load_locomo, together
+from chunktree.track.locomo import LocomoConversation, _copy, conversation_forest, load_locomo, together
 from chunktree.track.train import DEFAULT_HIDDEN, DEFAULT_L2, fit
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -231,7 +231,7 @@ def locomo_subjects(embedder: Embedder, cache: EmbeddingCache, decider) -> dict[
     return out
 
 
-def subject_pairs(conversation, embedder: Embedder, cache: EmbeddingCache) -> dict[str, tuple[list, list]]:
+def subject_pairs(conversation: LocomoConversation, embedder: Embedder, cache: EmbeddingCache) -> dict[str, tuple[list, list]]:
     """``fit_context.locomo_pairs`` with each utterance's tree replaced by its cluster
     (``SUBJECTS`` K-means clusters of the turn vectors) and each question's by the cluster of the
     nearest centre."""
