@@ -36,10 +36,12 @@ from record import title, write
 
 from chunktree import Embedder
 from chunktree.engine.cache import EmbeddingCache
-from chunktree.track.context import RELEVANCE_FEATURES, RELEVANCE_FLOOR, RELEVANCE_KEEP
+from chunktree.engine.select import select
+from chunktree.track.context import RELEVANCE_FEATURES, RELEVANCE_FLOOR, RELEVANCE_KEEP, relevance_features
 from chunktree.track.data import LabelledDialogue, Turn, labelled_turns, load_labelled, load_stories
 from chunktree.track.evaluate import _fill, embed_turns, stitched_dialogues
 from chunktree.track.forest import Forest
+from chunktree.track.lexical import lexical_tokens
 from chunktree.track.locomo import KINDS, LocomoConversation, _copy, conversation_forest, load_locomo
 from chunktree.track.train import fit_weights
 
@@ -87,22 +89,35 @@ def segmented(path: Path) -> list[list[Turn]]:
     return [labelled_turns(d) for d in labelled]
 
 
-def locomo_pairs(conversation: LocomoConversation, embedder: Embedder, cache: EmbeddingCache
+def locomo_pairs(conversation: LocomoConversation, embedder: Embedder, cache: EmbeddingCache, clusters: int = 0
                  ) -> dict[str, tuple[list[np.ndarray], list[np.ndarray]]]:
-    """Per way of asking, each question's features of every turn and its evidence labels."""
+    """Per way of asking, each question's features of every turn and its evidence labels. With
+    ``clusters``, each utterance's tree is replaced by its cluster (``select``'s K-means of the turn
+    vectors) and each question's by the cluster of the nearest centre (``bench/track_limits.py``
+    asks whether trees that follow subjects would help)."""
     from chunktree.engine.embedding import embed_texts
 
     turns, questions = conversation.turns, conversation.questions
     vectors, _ = embed_texts(turns + [q.text for q in questions], embedder, cache)
     forest = conversation_forest(conversation, vectors[:len(turns)], embedder)
     n = len(turns)
+    if clusters:
+        labels = select(vectors[:n], clusters).labels
+        centres = np.array([vectors[:n][labels == g].mean(axis=0) for g in range(int(labels.max()) + 1)])
     out: dict[str, tuple[list[np.ndarray], list[np.ndarray]]] = {way: ([], []) for way in WAYS}
     for q, v in zip(questions, vectors[n:]):
         y = np.zeros(n)
         y[list(q.evidence)] = 1.0
         asked = _copy(forest)
         asked._place(q.text, None, v, v)
-        for way, x in (("turn", asked.relevance_features(n)[:n]), ("query", forest.relevance_features(None, v, q.text))):
+        if clusters:
+            words = lexical_tokens(q.text)
+            as_turn = relevance_features(asked._vectors[:n + 1] @ v, asked._lexical.scores(words),
+                                         np.append(labels, int(np.argmax(centres @ v))), asked._parent[:n + 1], n)[:n]
+            as_query = relevance_features(vectors[:n] @ v, forest._lexical.scores(words), labels, forest._parent[:n], None)
+        else:
+            as_turn, as_query = asked.relevance_features(n)[:n], forest.relevance_features(None, v, q.text)
+        for way, x in (("turn", as_turn), ("query", as_query)):
             out[way][0].append(x)
             out[way][1].append(y)
     return out

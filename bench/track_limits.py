@@ -57,14 +57,12 @@ from chunktree import Embedder
 from chunktree.engine.cache import EmbeddingCache
 from chunktree.engine.embedding import embed_texts
 from chunktree.engine.select import select
-from chunktree.track.context import relevance_features
 from chunktree.track.data import LabelledDialogue, Turn, load_labelled, load_stories, stitch
 from chunktree.track.decide import Thresholds, content_words, topic_words
 from chunktree.track.evaluate import embed_turns, evaluate_chats, format_chats, run_forest, score_dialogue
 from chunktree.track.forest import Forest
 from chunktree.track.learned import DEFAULT_THRESHOLD, default_decider
-from chunktree.track.lexical import lexical_tokens
-from chunktree.track.locomo import LocomoConversation, _copy, conversation_forest, load_locomo, together
+from chunktree.track.locomo import _copy, conversation_forest, load_locomo, together
 from chunktree.track.train import DEFAULT_HIDDEN, DEFAULT_L2, fit
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -231,42 +229,14 @@ def locomo_subjects(embedder: Embedder, cache: EmbeddingCache, decider) -> dict[
     return out
 
 
-def subject_pairs(conversation: LocomoConversation, embedder: Embedder, cache: EmbeddingCache) -> dict[str, tuple[list, list]]:
-    """``fit_context.locomo_pairs`` with each utterance's tree replaced by its cluster
-    (``SUBJECTS`` K-means clusters of the turn vectors) and each question's by the cluster of the
-    nearest centre."""
-    turns, questions = conversation.turns, conversation.questions
-    vectors = embed_texts(turns + [q.text for q in questions], embedder, cache)[0]
-    n = len(turns)
-    forest = conversation_forest(conversation, vectors[:n], embedder)
-    labels = select(vectors[:n], SUBJECTS).labels
-    centres = np.array([vectors[:n][labels == g].mean(axis=0) for g in range(int(labels.max()) + 1)])
-    out: dict[str, tuple[list, list]] = {way: ([], []) for way in fit_context.WAYS}
-    for q, v in zip(questions, vectors[n:]):
-        y = np.zeros(n)
-        y[list(q.evidence)] = 1.0
-        asked = _copy(forest)
-        asked._place(q.text, None, v, v)
-        words = lexical_tokens(q.text)
-        group = np.append(labels, int(np.argmax(centres @ v)))
-        as_turn = relevance_features(asked._vectors[:n + 1] @ v, asked._lexical.scores(words), group,
-                                     asked._parent[:n + 1], n)[:n]
-        as_query = relevance_features(vectors[:n] @ v, forest._lexical.scores(words), labels, forest._parent[:n], None)
-        for way, x in (("turn", as_turn), ("query", as_query)):
-            out[way][0].append(x)
-            out[way][1].append(y)
-    return out
-
-
 def subjects_as_trees(embedder: Embedder, cache: EmbeddingCache) -> dict[str, dict[str, dict[str, float]]]:
     """LoCoMo evidence recall by budget, each conversation left out of the relevance fit, with the
     forest's trees and with subject clusters as the trees (``fit_context``'s data and fit)."""
     short = list(fit_context.short_pairs(embedder, cache).values())
     conversations = load_locomo(LOCOMO)
     out: dict[str, dict[str, dict[str, float]]] = {}
-    for trees, pairs_of in (("the forest's trees", fit_context.locomo_pairs),
-                            (f"K-means clusters, K = {SUBJECTS}", subject_pairs)):
-        locomo = {c.id: pairs_of(c, embedder, cache) for c in conversations}
+    for trees, clusters in (("the forest's trees", 0), (f"K-means clusters, K = {SUBJECTS}", SUBJECTS)):
+        locomo = {c.id: fit_context.locomo_pairs(c, embedder, cache, clusters) for c in conversations}
         recall = fit_context.left_out_recall(short, locomo, conversations, embedder)
         out[trees] = {way: {str(b): float(np.mean(v)) for b, v in by.items()} for way, by in recall.items()}
     return out
