@@ -18,11 +18,26 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-# Character escapes a man page uses for punctuation and symbols: \(xx and \[name].
-_CHARS = {"em": "—", "en": "–", "hy": "-", "bu": "•", "co": "©", "rg": "®", "tm": "™", "lq": "“", "rq": "”",
-          "oq": "‘", "cq": "’", "aq": "'", "dq": '"', "mi": "-", "pl": "+", "mu": "×", "di": "÷", "<=": "≤",
-          ">=": "≥", "!=": "≠", "->": "→", "<-": "←", "de": "°", "ga": "`", "ti": "~", "ha": "^", "rs": "\\",
-          "ba": "|", "sl": "/", "lB": "[", "rB": "]", "lC": "{", "rC": "}", "la": "⟨", "ra": "⟩"}
+# groff's special characters (\(xx and \[xx]), as `groff -Tutf8` renders each (groff_char(7)): pairs of
+# name and glyph. The hyphen and the minus are ASCII "-", so that an option reads as it is typed.
+_CHARS = dict(zip(*[iter(r"""
+12 ½ 14 ¼ 18 ⅛ 34 ¾ 38 ⅜ 3d ∴ 58 ⅝ 78 ⅞ aa ´ ab ˘ ac ¸ ad ¨ ae æ ah ˇ an ⎯ ao ˚ ap ∼ aq ' at @ a" ˝
+a- ¯ a. ˙ a^ ^ a~ ~ ba | bb ¦ bq ‚ br │ bu • bv ⎪ ca ∩ ci ○ co © cq ’ ct ¢ cu ∪ c* ⊗ c+ ⊕ da ↓ dd ‡
+de ° dg † di ÷ dq " dA ⇓ em — en – eq = es ∅ eu € fa ∀ fc › ff ff fi fi fl fl fm ′ fo ‹ f/ ⁄ ga `
+gr ∇ ha ^ ho ˛ hy - hA ⇔ ib ⊆ if ∞ ij ĳ ip ⊇ is ∫ la ⟨ lb ⎩ lc ⌈ lf ⌊ lh ☜ lk ⎨ lq “ lt ⎧ lz ◊ lA ⇐
+lB [ lC { mc µ md ⋅ mi - mo ∈ mu × nb ⊄ nc ⊅ ne ≢ nm ∉ no ¬ oa å oe œ oq ‘ or | oA Å pc · pd ∂ pl +
+pp ⊥ ps ¶ pt ∝ ra ⟩ rb ⎭ rc ⌉ rf ⌋ rg ® rh ☞ rk ⎬ rn ‾ rq ” rs \ rt ⎫ ru _ rA ⇒ rB ] rC } r! ¡ r? ¿
+sb ⊂ sc § sd ″ sh # sl / sp ⊃ sq □ sr √ ss ß st ∋ te ∃ tf ∴ ti ~ tm ™ ts ς ua ↑ ul _ uA ⇑ va ↕ vs š
+vz ž vA ⇕ vS Š vZ Ž wp ℘ Ah ℵ AE Æ AN ∧ Bq „ Cs ¤ CL ♣ CR ↵ Do $ DI ♦ Eu € Fc » Fi ffi Fl ffl Fn ƒ
+Fo « HE ♥ Im ℑ IJ Ĳ Of ª Om º OE Œ OK ✓ OR ∨ Po £ Re ℜ S1 ¹ S2 ² S3 ³ Sd ð SP ♠ Tp þ TP Þ Ye ¥ != ≠
+%0 ‰ 'a á 'c ć 'e é 'i í 'o ó 'u ú 'y ý 'A Á 'C Ć 'E É 'I Í 'O Ó 'U Ú 'Y Ý *a α *b β *c ξ *d δ *e ε
+*f ϕ *g γ *h θ *i ι *k κ *l λ *m μ *n ν *o ο *p π *q ψ *r ρ *s σ *t τ *u υ *w ω *x χ *y η *z ζ *A Α
+*B Β *C Ξ *D Δ *E Ε *F Φ *G Γ *H Θ *I Ι *K Κ *L Λ *M Μ *N Ν *O Ο *P Π *Q Ψ *R Ρ *S Σ *T Τ *U Υ *W Ω
+*X Χ *Y Η *Z Ζ ** ∗ +e ϵ +f φ +h ϑ +p ϖ +- ± ,c ç ,C Ç -h ℏ -D Ð -+ ∓ -> → .i ı .j ȷ /l ł /o ø /L Ł
+/O Ø /_ ∠ :a ä :e ë :i ï :o ö :u ü :y ÿ :A Ä :E Ë :I Ï :O Ö :U Ü :Y Ÿ <- ← << ≪ <= ≤ <> ↔ == ≡ =~ ≅
+>= ≥ >> ≫ ^a â ^e ê ^i î ^o ô ^u û ^A Â ^E Ê ^I Î ^O Ô ^U Û `a à `e è `i ì `o ò `u ù `A À `E È `I Ì
+`O Ò `U Ù |= ≃ ~a ã ~n ñ ~o õ ~A Ã ~N Ñ ~O Õ ~= ≈ ~~ ≈
+""".split())] * 2))
 # Every bracketed or quoted name is bounded (NAME, MOTION characters): an unclosed ``\[`` scans no
 # further than that, so unescaping is linear in the line whatever it holds.
 _ESCAPE = re.compile(r"""\\(?:
@@ -144,9 +159,12 @@ def _requests(source: str) -> Iterator[tuple[str | None, str]]:
             name, rest = m.group(1), m.group(2)
             if name in _BLOCKS:
                 args = rest.split()
-                end = "." + (args[1] if len(args) > 1 else ".")
+                stop = (args[0] if args else ".") if name == "ig" else args[1] if len(args) > 1 else "."
+                # the end request; spaces may follow its control character (".  ." ends a block as
+                # ".." does: Asciidoctor's pages write it so inside a conditional)
+                end = re.compile(r"[.']\s*" + re.escape(stop) + r"(?:\s|$)")
                 for body in lines:  # skip to the block's end
-                    if body.strip() == end or body.strip().startswith(end + " "):
+                    if end.match(body):
                         break
                 if name != "ig" and args:
                     yield "de", args[0]
@@ -203,6 +221,8 @@ def _man(source: str, page: _Page) -> None:
                     page.emit(args[0])
         elif name == "de":
             defined.add(rest)
+        elif name == "als" and args:  # .als MTO URL: another name for a macro
+            defined.add(args[0])
         elif name in _FONT_MACROS or name in defined:
             joiner = "" if name in _ALTERNATING else " "
             if args:

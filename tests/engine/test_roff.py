@@ -3,6 +3,8 @@ or macOS system's) and the ``man`` macros (GNU's)."""
 
 import gzip
 import re
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -149,3 +151,82 @@ def test_a_bulleted_man_list_keeps_its_bullets_on_the_items():
     text, _ = roff.to_text(page)
     assert ("the following are disallowed or not performed:\n\n• changing directories with\ncd,\n\n"
             "• setting the value of\nPATH.\n\n1. a numbered item\n\n-k\nan option's tag") in text
+
+
+# A page laid out as Asciidoctor writes one (util-linux's and perf's pages): a macro defined, an alias,
+# and inside a groff-only conditional a macro appended to, its end written ".  ." rather than "..".
+ASCIIDOCTOR_PAGE = r"""'\" t
+.\"     Title: frob
+.\" Generator: Asciidoctor 2.0.15
+.TH "FROB" "1" "2024-01-01" "frob 2.0" "User Commands"
+.ie \n(.g .ds Aq \(aq
+.el       .ds Aq '
+.ss \n[.ss] 0
+.nh
+.ad l
+.de URL
+\fI\\$2\fP <\\$1>\\$3
+..
+.als MTO URL
+.if \n[.g] \{\
+.  mso www.tmac
+.  am URL
+.    ad l
+.  .
+.  LINKSTYLE blue R < >
+.\}
+.SH "NAME"
+frob \- turn widgets into gadgets
+.SH "OPTIONS"
+.sp
+\fB\-d\fP, \fB\-\-deadline\fP
+.RS 4
+Set the deadline; runtime \(lA deadline \(lA period, \(*m in \(+-1 ms.
+.RE
+.ig EE
+text the page hides
+.EE
+.SH "AUTHORS"
+.MTO "jo\(atexample.com" "Jo Smith" ""
+"""
+
+
+def test_a_page_keeps_its_text_after_macro_blocks_ended_as_asciidoctor_ends_them():
+    """A block of requests ends at ".." with spaces after the dot as well (".  ."), and ``.ig EE`` at
+    ``.EE``: the page's text after them is read, not swallowed to the end of the file."""
+    text, headings = roff.to_text(ASCIIDOCTOR_PAGE)
+    assert [h for _, h in headings] == ["FROB(1)", "NAME", "OPTIONS", "AUTHORS"]
+    assert "frob - turn widgets into gadgets" in text
+    assert "-d, --deadline\n\nSet the deadline; runtime ⇐ deadline ⇐ period, μ in ±1 ms." in text
+    assert "jo@example.com" in text and "Jo Smith" in text
+    for leak in ("text the page hides", "LINKSTYLE", "mso", "ad l", "URL"):
+        assert leak not in text, leak
+
+
+@pytest.mark.skipif(shutil.which("groff") is None, reason="groff is not installed here")
+def test_special_characters_read_as_groff_renders_them():
+    """Every named character the reader knows renders as ``groff -Tutf8`` renders it, but the
+    hyphen and the minus, read as ASCII "-"."""
+    names = sorted(set(roff._CHARS) - {"hy", "mi"})
+    source = ".nf\n" + "\n".join(f"QZ{i}QZ\\[{name}]QZ" for i, name in enumerate(names)) + "\n"
+    out = subprocess.run(["groff", "-Tutf8", "-P-c", "-ww"], input=source.encode(), capture_output=True,
+                         check=True).stdout.decode()
+    groff = {names[int(m.group(1))]: m.group(2) for m in re.finditer(r"QZ(\d+)QZ(.*?)QZ", out)}
+    assert len(groff) == len(names)
+    assert {n: roff._CHARS[n] for n in names if roff._CHARS[n] != groff[n]} == {}
+    assert roff.to_text(".TH X 1\n.SH A\n\\-k \\(hy \\(mi\n")[0].endswith("-k - -")
+
+
+@pytest.mark.real_data
+def test_every_installed_man_page_reads_with_text():
+    """Each page under /usr/share/man that is more than a ``.so`` link to another reads as text."""
+    pages = sorted(Path("/usr/share/man").glob("man*/*.gz"))
+    if not pages:
+        pytest.skip("no man pages installed here")
+    empty = []
+    for path in pages:
+        source = gzip.decompress(path.read_bytes()).decode("utf-8", "replace")
+        if roff.looks_like_roff(source) and not re.search(r"^\.so ", source, re.MULTILINE) \
+                and not roff.to_text(source)[0].strip():
+            empty.append(str(path))
+    assert empty == []
