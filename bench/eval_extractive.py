@@ -1,10 +1,11 @@
 """How often the extractive reader (``read`` without an LLM) quotes the sentence that answers a
 question, on real documents nobody here wrote:
 
-1. man pages as a system installs them (gzip, bash, ssh, tar, ssh-keygen, scp: GNU ``man`` and BSD
-   ``mdoc`` pages, read from ``/usr/share/man``), all of them as one corpus, with questions whose
-   answer is a phrase of one page (``MAN_QUESTIONS``: a question is answered when the reader's
-   answer holds the phrase);
+1. man pages as a system installs them (gzip, bash, ssh, tar, ssh-keygen, scp, chrt, taskset: GNU
+   ``man``, BSD ``mdoc`` and Asciidoctor-made pages, read from ``/usr/share/man``), all of them as
+   one corpus, with questions whose answer is a phrase of one page (``MAN_QUESTIONS``: a question
+   is answered when the reader's answer holds the phrase; for a question about an option, whether
+   the answer's line that holds the phrase also names the option);
 2. SQuAD-Shifts (new Wikipedia articles, ``../shared/data``): each article is a corpus, and a
    question is answered when the reader's answer holds the sentence that holds the gold answer.
 
@@ -35,33 +36,40 @@ from chunktree.engine.read import read
 SQUAD = (Path(os.environ.get("CHUNKTREE_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
          / "squad_shifts_new_wiki_v1.0.json")
 MAN = Path("/usr/share/man/man1")
-PAGES = ("gzip.1.gz", "bash.1.gz", "ssh.1.gz", "tar.1.gz", "ssh-keygen.1.gz", "scp.1.gz")
-# (page, question, a phrase of the answer as the page words it)
+PAGES = ("gzip.1.gz", "bash.1.gz", "ssh.1.gz", "tar.1.gz", "ssh-keygen.1.gz", "scp.1.gz", "chrt.1.gz", "taskset.1.gz")
+# (page, question, a phrase of the answer as the page words it, the option the answer is about or None)
 MAN_QUESTIONS = (
     ("gzip.1.gz", "What happens to the original file when gzip compresses it, and how can I keep it?",
-     "each file is replaced by one with the extension"),
-    ("gzip.1.gz", "How do I keep the input files when compressing?", "Keep (don't delete) input files"),
+     "each file is replaced by one with the extension", None),
+    ("gzip.1.gz", "How do I keep the input files when compressing?", "Keep (don't delete) input files", "-k"),
     ("gzip.1.gz", "How can gzip write to standard output and leave the files alone?",
-     "Write output on standard output; keep original files unchanged"),
-    ("gzip.1.gz", "How do I check that a compressed file is intact?", "Check the compressed file integrity"),
+     "Write output on standard output; keep original files unchanged", "-c"),
+    ("gzip.1.gz", "How do I check that a compressed file is intact?", "Check the compressed file integrity", "-t"),
     ("gzip.1.gz", "What does the compression level digit control?",
-     "Regulate the speed of compression using the specified digit"),
-    ("bash.1.gz", "What is not allowed in a restricted shell?", "changing directories with cd"),
-    ("bash.1.gz", "Which file does an interactive login shell read first?", "/etc/profile"),
-    ("bash.1.gz", "What does HISTSIZE set?", "The number of commands to remember in the command history"),
-    ("bash.1.gz", "What does the -e option of set do?", "Exit immediately if a pipeline"),
+     "Regulate the speed of compression using the specified digit", None),
+    ("bash.1.gz", "What is not allowed in a restricted shell?", "changing directories with cd", None),
+    ("bash.1.gz", "Which file does an interactive login shell read first?", "/etc/profile", None),
+    ("bash.1.gz", "What does HISTSIZE set?", "The number of commands to remember in the command history", None),
+    ("bash.1.gz", "What does the -e option of set do?", "Exit immediately if a pipeline", "-e"),
     ("ssh.1.gz", "How do I forward a local port to a remote host?",
-     "Specifies that connections to the given TCP port or Unix socket on the local"),
-    ("ssh.1.gz", "How do I turn off pseudo-terminal allocation?", "Disable pseudo-terminal allocation"),
-    ("ssh.1.gz", "Where are the host keys of known hosts kept for a user?", "~/.ssh/known_hosts"),
+     "Specifies that connections to the given TCP port or Unix socket on the local", "-L"),
+    ("ssh.1.gz", "How do I turn off pseudo-terminal allocation?", "Disable pseudo-terminal allocation", "-T"),
+    ("ssh.1.gz", "Where are the host keys of known hosts kept for a user?", "~/.ssh/known_hosts", None),
     ("ssh.1.gz", "How do I select the identity file for public key authentication?",
-     "Selects a file from which the identity (private key) for public key authentication is read"),
-    ("ssh-keygen.1.gz", "How do I choose the type of key to create?", "Specifies the type of key to create"),
+     "Selects a file from which the identity (private key) for public key authentication is read", "-i"),
+    ("ssh-keygen.1.gz", "How do I choose the type of key to create?", "Specifies the type of key to create", "-t"),
     ("ssh-keygen.1.gz", "How do I change the passphrase of a private key?",
-     "Requests changing the passphrase of a private key file instead of creating a new private key"),
-    ("scp.1.gz", "How do I copy directories recursively with scp?", "Recursively copy entire directories"),
-    ("tar.1.gz", "How do I list the contents of an archive?", "List the contents of an archive"),
-    ("tar.1.gz", "How do I extract files from an archive?", "Extract files from an archive"),
+     "Requests changing the passphrase of a private key file instead of creating a new private key", "-p"),
+    ("scp.1.gz", "How do I copy directories recursively with scp?", "Recursively copy entire directories", "-r"),
+    ("tar.1.gz", "How do I list the contents of an archive?", "List the contents of an archive", "-t"),
+    ("tar.1.gz", "How do I extract files from an archive?", "Extract files from an archive", "-x"),
+    ("chrt.1.gz", "How do I set the round-robin scheduling policy?", "Set scheduling policy to SCHED_RR", "-r"),
+    ("chrt.1.gz", "How do I set the runtime of a deadline task?",
+     "Specifies runtime parameter for SCHED_DEADLINE policy", "-T"),
+    ("taskset.1.gz", "How do I give the CPUs as a list of numbers rather than a bitmask?",
+     "Interpret mask as numerical list of processors instead of a bitmask", "-c"),
+    ("taskset.1.gz", "How do I set the affinity of every thread of a process?",
+     "Set or retrieve the CPU affinity of all the tasks (threads) for a given PID", "-a"),
 )
 
 
@@ -87,18 +95,25 @@ def man_pages(embedder, cache) -> tuple[list[str], dict]:
             missing.append(page)
     chunks = chunk_documents(docs, embedder.tokenizer)
     got, rows = 0, []
-    for page, question, phrase in MAN_QUESTIONS:
+    for page, question, phrase, option in MAN_QUESTIONS:
         if page in missing:
             continue
-        answer = _flat(read(chunks, question, embedder=embedder, cache=cache).answer)
-        hit = _flat(phrase) in answer
+        answer = read(chunks, question, embedder=embedder, cache=cache).answer
+        quoted = next((_flat(a) for a in answer.splitlines() if _flat(phrase) in _flat(a)), None)
+        hit = _flat(phrase) in _flat(answer)
         got += hit
-        rows.append({"page": page, "question": question, "quoted": hit, "lines": answer.count("\n") + 1})
+        rows.append({"page": page, "question": question, "quoted": hit, "option": option,
+                     "with_option": bool(option and quoted and re.search(rf"(?<![\w-]){re.escape(option)}\b", quoted)),
+                     "lines": answer.count("\n") + 1})
     asked = len(rows)
-    line = f"man pages ({len(docs)} pages, {len(chunks)} chunks): the answer phrase quoted for {got} of {asked} questions"
+    about = [r for r in rows if r["option"]]
+    shown = sum(r["with_option"] for r in about)
+    line = (f"man pages ({len(docs)} pages, {len(chunks)} chunks): the answer phrase quoted for {got} of {asked} "
+            f"questions; of the {len(about)} about an option, quoted on one line with the option for {shown}")
     if missing:
         line += f" (not installed here, left out: {', '.join(missing)})"
-    return [line], {"quoted": got, "questions": asked, "missing": missing, "rows": rows}
+    return [line], {"quoted": got, "questions": asked, "with_option": shown, "about_an_option": len(about),
+                    "missing": missing, "rows": rows}
 
 
 def squad(embedder, cache, limit: int) -> tuple[list[str], dict]:

@@ -57,7 +57,9 @@ _ONE = {"-": "-", "e": "\\", "\\": "\\", " ": " ", "~": " ", "0": " ", "&": "", 
         "p": "", "r": "", "u": "", "d": "", "E": "\\"}
 _ALTERNATING = {"BI", "IB", "BR", "RB", "IR", "RI"}  # .BR ls (1) reads "ls(1)": no space between
 _HEADINGS = {"SH", "SS"}
-_PARAGRAPHS = {"PP", "LP", "P", "TP", "IP", "HP", "sp", "br", "RS", "RE", "nf", "fi", "EX", "EE", "TQ"}
+# .RS and .RE only indent: an option's tag and the description indented under it read as one
+# paragraph, as man shows them.
+_PARAGRAPHS = {"PP", "LP", "P", "TP", "IP", "HP", "sp", "br", "nf", "fi", "EX", "EE", "TQ"}
 _FONT_MACROS = {"B", "I", "BI", "IB", "BR", "RB", "IR", "RI", "SM", "SB", "UR", "MT"}
 
 

@@ -193,11 +193,13 @@ text the page hides
 
 def test_a_page_keeps_its_text_after_macro_blocks_ended_as_asciidoctor_ends_them():
     """A block of requests ends at ".." with spaces after the dot as well (".  ."), and ``.ig EE`` at
-    ``.EE``: the page's text after them is read, not swallowed to the end of the file."""
+    ``.EE``: the page's text after them is read, not swallowed to the end of the file. Named
+    characters read as groff renders them, and a macro's alias (``.als``) as the macro."""
     text, headings = roff.to_text(ASCIIDOCTOR_PAGE)
     assert [h for _, h in headings] == ["FROB(1)", "NAME", "OPTIONS", "AUTHORS"]
     assert "frob - turn widgets into gadgets" in text
-    assert "-d, --deadline\n\nSet the deadline; runtime ⇐ deadline ⇐ period, μ in ±1 ms." in text
+    # .RS only indents: the option's description reads on from its tag, as man shows it
+    assert "-d, --deadline\nSet the deadline; runtime ⇐ deadline ⇐ period, μ in ±1 ms." in text
     assert "jo@example.com" in text and "Jo Smith" in text
     for leak in ("text the page hides", "LINKSTYLE", "mso", "ad l", "URL"):
         assert leak not in text, leak

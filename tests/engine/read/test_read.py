@@ -225,3 +225,19 @@ def test_a_quoted_sentence_keeps_the_list_it_introduces_and_boilerplate_and_hole
     assert page[quote["start"]:quote["end"]] == quote["quote"] and quote["quote"].endswith("containing /")
     asked = read(chunks, "Who holds the copyright of bash?", embedder=embedder, memory_tokens=400)
     assert "Copyright (C) 1989-2022 by the Free Software Foundation, Inc." in asked.answer
+
+
+def test_an_option_described_under_its_tag_is_quoted_with_the_tag(embedder, tmp_path):
+    """A page laid out as Asciidoctor lays out util-linux's (the tag, then the description indented
+    under it with .RS): the quoted description names its option, as ``man`` shows the two."""
+    from chunktree.engine.chunking import chunk_documents
+    from chunktree.engine.documents import read_file
+
+    page = tmp_path / "sched.1"
+    page.write_text('.TH "SCHED" "1"\n.SH "OPTIONS"\n.sp\n\\fB\\-f\\fP, \\fB\\-\\-fifo\\fP\n.RS 4\n'
+                    "Set scheduling policy to SCHED_FIFO (first in, first out).\n.RE\n.sp\n"
+                    "\\fB\\-r\\fP, \\fB\\-\\-rr\\fP\n.RS 4\nSet scheduling policy to SCHED_RR (round-robin "
+                    "scheduling).\n.RE\n", encoding="utf-8")
+    chunks = chunk_documents(read_file(page), embedder.tokenizer)
+    answer = read(chunks, "How do I choose round-robin scheduling?", embedder=embedder, memory_tokens=100).answer
+    assert "-r, --rr Set scheduling policy to SCHED_RR (round-robin scheduling)." in answer.splitlines()
