@@ -295,10 +295,13 @@ def test_oh26_a_sidecar_that_links_into_the_input_folder_is_refused(tmp_path, cl
     assert (notes / "a.md").read_text(encoding="utf-8").startswith("# Bread")
 
 
-def test_an_interrupted_embed_says_what_it_kept_and_the_rerun_resumes(tmp_path, cli, embedder, monkeypatch):
-    """Ctrl-C in the middle of `embed`: one line and code 130, no output file or temporary file left,
-    the vectors committed so far (every 256 texts) kept in the cache, and the same command then
-    embeds only the rest."""
+@pytest.mark.parametrize("stop", ["ctrl-c", "sigterm"])
+def test_an_interrupted_embed_says_what_it_kept_and_the_rerun_resumes(tmp_path, cli, embedder, monkeypatch, stop):
+    """Ctrl-C (or a SIGTERM, as `kill` or a job scheduler sends) in the middle of `embed`: one line
+    and code 130 (143), no output file or temporary file left, the vectors committed so far (every
+    256 texts) kept in the cache, and the same command then embeds only the rest."""
+    import signal
+
     corpus = tmp_path / "notes"
     corpus.mkdir()
     for i in range(520):
@@ -308,18 +311,23 @@ def test_an_interrupted_embed_says_what_it_kept_and_the_rerun_resumes(tmp_path, 
     def stopped(texts):
         calls.append(len(texts))
         if len(calls) > 2:
-            raise KeyboardInterrupt
+            if stop == "ctrl-c":
+                raise KeyboardInterrupt
+            os.kill(os.getpid(), signal.SIGTERM)  # the command's handler raises at once
         return real(texts)
 
     out, cache = tmp_path / "out" / "v.npy", tmp_path / "cache.sqlite"
     out.parent.mkdir()
     args = ["--no-progress", "embed", str(corpus), "-o", str(out), "--cache", str(cache)]
+    before = signal.getsignal(signal.SIGTERM)
     with monkeypatch.context() as m:
         m.setattr(embedder, "embed", stopped)
         r = cli(*args)
-    assert r.returncode == 130 and r.stdout == "" and "Traceback" not in r.stderr
+    assert r.returncode == {"ctrl-c": 130, "sigterm": 143}[stop] and r.stdout == "" and "Traceback" not in r.stderr
+    assert signal.getsignal(signal.SIGTERM) is before  # the command's handler is gone with it
+    how = {"ctrl-c": "interrupted", "sigterm": "terminated (SIGTERM)"}[stop]
     assert r.stderr.strip().splitlines()[-1] == (
-        f"chunktree embed: interrupted; no file was left half-written (one being written is removed); the 512 vector(s) "
+        f"chunktree embed: {how}; no file was left half-written (one being written is removed); the 512 vector(s) "
         f"embedded are kept in the cache {cache}: the same command resumes from them")
     assert list(out.parent.iterdir()) == []
     r = cli(*args)

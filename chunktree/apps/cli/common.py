@@ -67,9 +67,9 @@ def open_cache(args: argparse.Namespace) -> Any:
     return cache
 
 
-def interrupted(args: argparse.Namespace) -> str:
-    """The one line a Ctrl-C ends a command with: what was kept, and how to go on."""
-    line = f"chunktree {args.command}: interrupted; no file was left half-written (one being written is removed)"
+def interrupted(args: argparse.Namespace, how: str = "interrupted") -> str:
+    """The one line a Ctrl-C (or a SIGTERM: ``how``) ends a command with: what was kept, and how to go on."""
+    line = f"chunktree {args.command}: {how}; no file was left half-written (one being written is removed)"
     if not hasattr(args, "opened_cache"):
         return line
     cache, before = args.opened_cache

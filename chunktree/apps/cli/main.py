@@ -13,7 +13,10 @@ import argparse
 import contextlib
 import logging
 import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 
 from chunktree.apps.cli import common, order, read, select, tools, track
 from chunktree.checks import ChunktreeError
@@ -52,6 +55,29 @@ def _name_the_option(command: str, exc: ChunktreeError) -> str:
     return flag + message[len(name):] if flag and message.startswith(name) else message
 
 
+class Terminated(BaseException):
+    """SIGTERM (``kill``, a job scheduler, ``timeout``), raised where the command runs so that it ends
+    as a Ctrl-C does: what is being written is removed, and one line says what was kept."""
+
+
+def _terminate(signum: int, frame: object) -> None:
+    raise Terminated
+
+
+@contextlib.contextmanager
+def _terminable(command: str) -> Iterator[None]:
+    """SIGTERM raises ``Terminated`` inside the block. Not for ``serve``, which stops on SIGTERM in
+    its own way (requests in flight finish), nor off the main thread, where no handler can be set."""
+    if command == "serve" or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
     try:
@@ -60,23 +86,27 @@ def main(argv: list[str] | None = None) -> int:
         return int(exc.code or 0)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
-    try:
-        code = int(args.func(args) or 0)
-        sys.stdout.flush()  # a full disk or a closed pipe behind stdout shows here, not at exit
-        return code
-    except ChunktreeError as exc:
-        print(f"chunktree {args.command}: error: {_name_the_option(args.command, exc)}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:
-        print(common.interrupted(args), file=sys.stderr)
-        return 130
-    except BrokenPipeError:  # the reader closed the pipe (`| head`): stop quietly
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 0
-    except OSError as exc:  # writing an output failed: a full disk, a folder made read-only meanwhile
-        where = f": {exc.filename}" if exc.filename else ""
-        print(f"chunktree {args.command}: error: {exc.strerror or exc}{where}; the file being written was not kept",
-              file=sys.stderr)
-        with contextlib.suppress(OSError):  # what stdout still buffers cannot be written either
+    with _terminable(args.command):
+        try:
+            code = int(args.func(args) or 0)
+            sys.stdout.flush()  # a full disk or a closed pipe behind stdout shows here, not at exit
+            return code
+        except ChunktreeError as exc:
+            print(f"chunktree {args.command}: error: {_name_the_option(args.command, exc)}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:
+            print(common.interrupted(args), file=sys.stderr)
+            return 130
+        except Terminated:
+            print(common.interrupted(args, "terminated (SIGTERM)"), file=sys.stderr)
+            return 128 + signal.SIGTERM
+        except BrokenPipeError:  # the reader closed the pipe (`| head`): stop quietly
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        return 2
+            return 0
+        except OSError as exc:  # writing an output failed: a full disk, a folder made read-only meanwhile
+            where = f": {exc.filename}" if exc.filename else ""
+            print(f"chunktree {args.command}: error: {exc.strerror or exc}{where}; the file being written was not kept",
+                  file=sys.stderr)
+            with contextlib.suppress(OSError):  # what stdout still buffers cannot be written either
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 2
