@@ -651,10 +651,37 @@ def _read_pdf(path: Path, data: bytes) -> Document:
     return Document(_shown(path), text, "text", page_starts=tuple(starts))
 
 
+# Navigation trafilatura keeps: the "Next: ..., Previous: ..., Up: ..." line above each page of a
+# GNU manual in HTML (Texinfo 6's ``<div class="header">``).
+_HTML_NAVIGATION = ['//div[@class="header"][starts-with(normalize-space(.), "Next:") or '
+                    'starts-with(normalize-space(.), "Previous:") or starts-with(normalize-space(.), "Up:")]']
+# trafilatura's Markdown escapes the characters Markdown would read as syntax (``my\_file``,
+# ``\[x\]``): an odd run of 2n + 1 backslashes before one of them was n. Code, in a span or a fenced
+# block, is left as trafilatura leaves it: as written.
+_ESCAPE_OR_CODE = re.compile(r"(?<!\\)`[^`\n]*`|(\\+)([*_`~\[\]<])")
+
+
+def _unescape(m: re.Match[str]) -> str:
+    run = len(m.group(1) or "")
+    return "\\" * (run // 2) + m.group(2) if run % 2 else m.group(0)
+
+
+def _unescaped(markdown: str) -> str:
+    """``markdown`` with trafilatura's escapes of inline syntax characters undone outside code."""
+    lines, fenced = [], False
+    for line in markdown.split("\n"):
+        if line.lstrip().startswith("```"):
+            fenced = not fenced
+        elif not fenced:
+            line = _ESCAPE_OR_CODE.sub(_unescape, line)
+        lines.append(line)
+    return "\n".join(lines)
+
+
 def _read_html(path: Path, html: str) -> Document:
     """The page's main content as Markdown (trafilatura, leaning to recall): navigation, headers and
     footers left out, block elements on lines of their own, headings as ``#`` lines, emphasis as
-    ``**``."""
+    ``**``; characters as the page shows them (``my_file``, not Markdown's ``my\\_file``)."""
     try:
         import trafilatura
     except ImportError as exc:  # e.g. an lxml without lxml_html_clean, which justext imports
@@ -664,7 +691,8 @@ def _read_html(path: Path, html: str) -> Document:
 
     text = trafilatura.extract(html, output_format="markdown", include_formatting=True, include_tables=True,
                                include_links=False, include_images=False, include_comments=False,
-                               favor_recall=True)
+                               favor_recall=True, prune_xpath=_HTML_NAVIGATION)
+    text = None if text is None else _unescaped(text)
     if text is None or not text.strip():
         raise DocumentError(f"{path}: HTML page has no visible text")
     return _text_document(_shown(path), text, "markdown")

@@ -169,3 +169,33 @@ def test_html_main_content_without_navigation(tmp_path):
     assert "- First item of the list." in lines and "- Second item." in lines
     assert not any("Server11.5" in line or "Client11" in line for line in lines)  # blocks do not run together
     assert doc.text.count("paragraph 3") == 2
+
+
+# A page as GNU Texinfo 6 writes a manual in HTML: a navigation line above the section.
+TEXINFO_PAGE = """<html><head><title>Thread Safety (frob: the widget library)</title></head><body lang="en">
+<div class="section" id="Thread-Safety">
+<div class="header">
+<p>Next: <a href="Memory.html" rel="next">Memory Usage</a>, Previous: <a href="Closures.html">Closure Example</a>,
+Up: <a href="Using.html">Using frob</a> &nbsp; [<a href="Index.html">Index</a>]</p>
+</div>
+<hr>
+<h3 class="section">2.7 Thread Safety</h3>
+<p><code>frob_prep_cif</code> may modify the <code>frob_type</code> objects passed to it, so only one
+thread should prepare a given <code>frob_cif</code> [see below] at a time; my_config_file and *.frob
+files are read once, and a literal back\\slash stays as it is.</p>
+<pre class="example">frob_init([1, 2]);  /* a_b */
+</pre>
+<p>Calls through a prepared interface are safe from any thread once preparation is done, which is
+the usual case in a program that prepares its interfaces at start-up.</p>
+</div></body></html>"""
+
+
+def test_html_text_reads_as_the_page_shows_it_without_texinfo_navigation(tmp_path):
+    """What the HTML extractor's Markdown escapes (``my\\_config``, ``\\[see below\\]``, ``\\*.frob``)
+    reads as the page shows it, code included; a GNU manual's "Next: ..., Up: ..." line is left out."""
+    (tmp_path / "Thread-Safety.html").write_text(TEXINFO_PAGE, encoding="utf-8")
+    (doc,) = read_file(tmp_path / "Thread-Safety.html")
+    assert "Next:" not in doc.text and "Memory Usage" not in doc.text and "Index" not in doc.text
+    assert "a given `frob_cif` [see below] at a time; my_config_file and *.frob" in " ".join(doc.text.split())
+    assert "back\\slash" in doc.text and "frob_init([1, 2]);  /* a_b */" in doc.text
+    assert "\\_" not in doc.text and "\\[" not in doc.text and "\\*" not in doc.text
