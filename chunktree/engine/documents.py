@@ -659,6 +659,9 @@ _HTML_NAVIGATION = ['//div[@class="header"][starts-with(normalize-space(.), "Nex
 # ``\[x\]``): an odd run of 2n + 1 backslashes before one of them was n. Code, in a span or a fenced
 # block, is left as trafilatura leaves it: as written.
 _ESCAPE_OR_CODE = re.compile(r"(?<!\\)`[^`\n]*`|(\\+)([*_`~\[\]<])")
+# and at the start of a paragraph, what would read as a list item or a quote ("1\. Install", "\- a
+# dash"); "\# text" stays, or the text would read as a heading
+_BLOCK_START_ESCAPE = re.compile(r"^( {0,3})(?:\\([>+-])|(\d{1,9})\\([.)]))")
 
 
 def _unescape(m: re.Match[str]) -> str:
@@ -673,7 +676,8 @@ def _unescaped(markdown: str) -> str:
         if line.lstrip().startswith("```"):
             fenced = not fenced
         elif not fenced:
-            line = _ESCAPE_OR_CODE.sub(_unescape, line)
+            line = _BLOCK_START_ESCAPE.sub(lambda m: m.group(1) + (m.group(2) or m.group(3) + m.group(4)),
+                                           _ESCAPE_OR_CODE.sub(_unescape, line))
         lines.append(line)
     return "\n".join(lines)
 

@@ -187,15 +187,19 @@ files are read once, and a literal back\\slash stays as it is.</p>
 </pre>
 <p>Calls through a prepared interface are safe from any thread once preparation is done, which is
 the usual case in a program that prepares its interfaces at start-up.</p>
+<p>1. Prepare each interface once, at start-up, before any thread calls through it.</p>
+<p>- Keep one interface a thread when the types differ from call to call.</p>
 </div></body></html>"""
 
 
 def test_html_text_reads_as_the_page_shows_it_without_texinfo_navigation(tmp_path):
-    """What the HTML extractor's Markdown escapes (``my\\_config``, ``\\[see below\\]``, ``\\*.frob``)
-    reads as the page shows it, code included; a GNU manual's "Next: ..., Up: ..." line is left out."""
+    """What the HTML extractor's Markdown escapes (``my\\_config``, ``\\[see below\\]``, ``\\*.frob``,
+    a paragraph's leading ``1\\.``) reads as the page shows it, code included; a GNU manual's "Next:
+    ..., Up: ..." line is left out."""
     (tmp_path / "Thread-Safety.html").write_text(TEXINFO_PAGE, encoding="utf-8")
     (doc,) = read_file(tmp_path / "Thread-Safety.html")
     assert "Next:" not in doc.text and "Memory Usage" not in doc.text and "Index" not in doc.text
     assert "a given `frob_cif` [see below] at a time; my_config_file and *.frob" in " ".join(doc.text.split())
     assert "back\\slash" in doc.text and "frob_init([1, 2]);  /* a_b */" in doc.text
-    assert "\\_" not in doc.text and "\\[" not in doc.text and "\\*" not in doc.text
+    assert "\n1. Prepare each interface once" in doc.text and "\n- Keep one interface" in doc.text
+    assert "\\_" not in doc.text and "\\[" not in doc.text and "\\*" not in doc.text and "\\." not in doc.text
