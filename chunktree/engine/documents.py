@@ -665,8 +665,13 @@ _BLOCK_START_ESCAPE = re.compile(r"^( {0,3})(?:\\([>+-])|(\d{1,9})\\([.)]))")
 
 
 def _unescape(m: re.Match[str]) -> str:
+    """An escaped character as written (a code span as it is)."""
     run = len(m.group(1) or "")
     return "\\" * (run // 2) + m.group(2) if run % 2 else m.group(0)
+
+
+def _unescape_block_start(m: re.Match[str]) -> str:
+    return m.group(1) + (m.group(2) or m.group(3) + m.group(4))
 
 
 def _unescaped(markdown: str) -> str:
@@ -676,8 +681,7 @@ def _unescaped(markdown: str) -> str:
         if line.lstrip().startswith("```"):
             fenced = not fenced
         elif not fenced:
-            line = _BLOCK_START_ESCAPE.sub(lambda m: m.group(1) + (m.group(2) or m.group(3) + m.group(4)),
-                                           _ESCAPE_OR_CODE.sub(_unescape, line))
+            line = _BLOCK_START_ESCAPE.sub(_unescape_block_start, _ESCAPE_OR_CODE.sub(_unescape, line))
         lines.append(line)
     return "\n".join(lines)
 
