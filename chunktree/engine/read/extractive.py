@@ -95,6 +95,9 @@ ASKS_ABOUT_BOILERPLATE = re.compile(r"licen[cs]|copyright|warrant|redistribut|ri
 _GAP = re.compile(r"\b(?:the|a|an|with|of|to|uses?|in|as|by|and|or|from|is|are|named|called)\s+"
                   r"(?:[,;:]|\.(?!\w)(?!\s+[a-z]))|,\s+[.,;:]", re.IGNORECASE)
 MAX_LIST_CHARS = 1500  # the most of a list that a sentence introducing it carries with it
+# An option's tag: a sentence quoted right after a fragment that starts with one, in its paragraph
+# ("-t --test\nTest. Check the compressed file integrity."), is quoted from the tag on.
+_OPTION_HEAD = re.compile(r"-{1,2}[A-Za-z0-9?]")
 
 
 def quotable(sentence: str, last: bool, boilerplate: bool = False) -> bool:
@@ -188,29 +191,36 @@ class Sentences:
     def of(cls, texts: Sequence[str], embedder: Any, cache: EmbeddingCache | None = None,
            progress: Progress = False, boilerplate: bool = False) -> Sentences:
         """The quotable sentences of ``texts`` (``boilerplate``: licence and copyright lines too);
-        a sentence that introduces a list (it ends with a colon) carries the list's items."""
-        spans, own_ends = [], []
+        a sentence that introduces a list (it ends with a colon) carries the list's items, and one
+        right after an option's tag and a fragment (``_OPTION_HEAD``) carries those."""
+        spans, owns = [], []
         for i, text in enumerate(texts):
             found = split_sentences(text)
-            k = 0
+            k, before_quoted = 0, True  # whether the sentence before the k-th was quoted
             while k < len(found):
                 a, b = found[k]
                 if quotable(text[a:b], last=k == len(found) - 1, boilerplate=boilerplate):
-                    own_end = b  # where the sentence's own words end: a list it carries is not scored
+                    own = (a, b)  # the sentence's own words: the tag or list it carries is not scored
                     if text[a:b].endswith(":"):
                         b = list_after(text, b)
-                        if b == own_end:  # a colon with no list after it in this chunk: cut by its end
-                            k += 1
+                        if b == own[1]:  # a colon with no list after it in this chunk: cut by its end
+                            k, before_quoted = k + 1, False
                             continue
+                    if k and not before_quoted and _OPTION_HEAD.match(text[found[k - 1][0]:]) \
+                            and "\n\n" not in text[found[k - 1][1]:a]:
+                        a = found[k - 1][0]
                     spans.append((i, a, b))
-                    own_ends.append(own_end)
+                    owns.append(own)
+                    before_quoted = True
+                else:
+                    before_quoted = False
                 while k + 1 < len(found) and found[k + 1][0] < b:  # the list's own sentences are in it
                     k += 1
                 k += 1
         sentence_texts = [texts[i][a:b] for i, a, b in spans]
         # A sentence that carries a list is scored by its own words: the items would blur them.
-        own = [texts[i][a:e] for (i, a, _), e in zip(spans, own_ends)]
-        vectors, _ = embed_texts(own, embedder, cache, progress=progress, prompt="document")
+        own_texts = [texts[i][a:e] for (i, _, _), (a, e) in zip(spans, owns)]
+        vectors, _ = embed_texts(own_texts, embedder, cache, progress=progress, prompt="document")
         table = np.array(spans, dtype=np.int64).reshape(-1, 3)
         indptr = np.searchsorted(table[:, 0], np.arange(len(texts) + 1)).astype(np.int64)
         keys: dict[str, int] = {}

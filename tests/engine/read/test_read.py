@@ -229,7 +229,8 @@ def test_a_quoted_sentence_keeps_the_list_it_introduces_and_boilerplate_and_hole
 
 def test_an_option_described_under_its_tag_is_quoted_with_the_tag(embedder, tmp_path):
     """A page laid out as Asciidoctor lays out util-linux's (the tag, then the description indented
-    under it with .RS): the quoted description names its option, as ``man`` shows the two."""
+    under it with .RS): the quoted description names its option, as ``man`` shows the two. So does
+    a description's second sentence after a first too short to quote (gzip's "-t --test Test.")."""
     from chunktree.engine.chunking import chunk_documents
     from chunktree.engine.documents import read_file
 
@@ -237,7 +238,13 @@ def test_an_option_described_under_its_tag_is_quoted_with_the_tag(embedder, tmp_
     page.write_text('.TH "SCHED" "1"\n.SH "OPTIONS"\n.sp\n\\fB\\-f\\fP, \\fB\\-\\-fifo\\fP\n.RS 4\n'
                     "Set scheduling policy to SCHED_FIFO (first in, first out).\n.RE\n.sp\n"
                     "\\fB\\-r\\fP, \\fB\\-\\-rr\\fP\n.RS 4\nSet scheduling policy to SCHED_RR (round-robin "
-                    "scheduling).\n.RE\n", encoding="utf-8")
+                    "scheduling).\n.RE\n.TP\n.B \\-t \\-\\-test\nTest. Check the policy of a running process, then quit.\n"
+                    ".TP\n.B \\-v\nVerbose. Print each change to the policy as it is made.\n", encoding="utf-8")
     chunks = chunk_documents(read_file(page), embedder.tokenizer)
     answer = read(chunks, "How do I choose round-robin scheduling?", embedder=embedder, memory_tokens=100).answer
     assert "-r, --rr Set scheduling policy to SCHED_RR (round-robin scheduling)." in answer.splitlines()
+    r = read(chunks, "How do I check the policy of a running process?", embedder=embedder, memory_tokens=100)
+    assert "-t --test Test. Check the policy of a running process, then quit." in r.answer.splitlines()
+    assert r.memory["evidence"]
+    for quote in r.memory["evidence"]:  # each quote is its span of the chunk, tag included
+        assert chunks[quote["chunk"]].text[quote["start"]:quote["end"]] == quote["quote"]
