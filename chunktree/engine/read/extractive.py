@@ -142,13 +142,16 @@ def list_after(text: str, end: int) -> int:
     return last
 
 
+_FENCE = re.compile(r"(?:```|~~~)[\w+-]*")  # a Markdown code block's fence line: ```console
+
+
 def plain(sentence: str) -> str:
-    """The sentence as the answer shows it: on one line, without a list marker; the items of a list
-    it carries each on a line of their own."""
+    """The sentence as the answer shows it: on one line, without a list marker or a code block's
+    fence lines; the items of a list it carries each on a line of their own."""
     lines: list[str] = []
     for line in sentence.splitlines():
         flat = " ".join(line.split())
-        if not flat:
+        if not flat or _FENCE.fullmatch(flat):
             continue
         if lines and not _LIST_MARKER.match(flat):
             lines[-1] += " " + flat

@@ -248,3 +248,13 @@ def test_an_option_described_under_its_tag_is_quoted_with_the_tag(embedder, tmp_
     assert r.memory["evidence"]
     for quote in r.memory["evidence"]:  # each quote is its span of the chunk, tag included
         assert chunks[quote["chunk"]].text[quote["start"]:quote["end"]] == quote["quote"]
+
+
+def test_a_quoted_code_block_is_shown_without_its_fence_lines(embedder):
+    """A Markdown page's console block, quoted: its text, without the ```` ``` ```` lines."""
+    page = ("# Stopping a run\n\nPress Ctrl-C and the run ends with one line:\n\n```console\nchunktree embed: "
+            "interrupted; the vectors embedded so far are kept in the cache.\n```\n")
+    chunks = [Chunk(id=0, text=page, source="embed.md", index=0, start=0, end=len(page))]
+    r = read(chunks, "What does an interrupted embed print?", embedder=embedder, memory_tokens=200)
+    assert "chunktree embed: interrupted; the vectors embedded so far are kept in the cache." in r.answer.splitlines()
+    assert "```" not in r.answer
