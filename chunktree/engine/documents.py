@@ -348,14 +348,22 @@ def _prose(text: str) -> float:
     return sum(len(t) for t in tokens if _WORD.fullmatch(t)) / max(1, sum(map(len, tokens)))
 
 
+# A reStructuredText line that is no prose: a directive or comment (".. name:: argument"), one of its
+# indented options (":param: value"), or a blank line.
+_RST_DIRECTIVE = re.compile(r"\.\. |[ \t]+:[\w-]+:|\s*$")
+
+
 def _asset(name: str, text: str) -> str | None:
     """Why a text file is an asset rather than prose, or None: a lock file (by its name); markup
     with almost no words outside its tags (SVG and other XML-like images); encoded data (base64);
-    minified, generated or data text (lines of hundreds of characters, under half of them words). Judged
-    on the first ``SAMPLE_CHARS`` characters."""
+    minified, generated or data text (lines of hundreds of characters, under half of them words); a
+    reStructuredText file of directives alone (a stub such as ``.. cmake-module:: ../Modules/X.cmake``,
+    whose text lives in another file). Judged on the first ``SAMPLE_CHARS`` characters."""
     if name in LOCK_FILES:
         return "a lock file (generated, no prose)"
     head = text[:SAMPLE_CHARS]
+    if name.endswith((".rst", ".rst.txt")) and all(_RST_DIRECTIVE.match(line) for line in head.splitlines()):
+        return "reStructuredText of directives alone, no prose (a stub whose text another file holds)"
     solid = max(1, len(head) - head.count(" ") - head.count("\n") - head.count("\t"))
     if head.lstrip().startswith("<"):
         outside = _TAG.sub(" ", head)

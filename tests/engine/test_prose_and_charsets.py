@@ -94,3 +94,21 @@ def test_binary_formats_are_named_by_their_first_bytes_and_text_that_starts_alik
     with caplog.at_level(logging.WARNING):
         (doc,) = read_paths([tmp_path])
     assert doc.source.endswith("riff.txt") and "logo.png: binary (a PNG image)" in caplog.text
+
+
+def test_a_restructuredtext_stub_of_directives_alone_is_skipped_and_named(tmp_path, caplog):
+    """A Sphinx or CMake help folder holds stubs whose text another file holds (``.. cmake-module::``,
+    ``.. automodule::`` with its options); a page whose directives hold prose is read."""
+    help_dir = tmp_path / "Help"
+    help_dir.mkdir()
+    (help_dir / "FindWidgets.rst").write_text(".. cmake-module:: ../../Modules/FindWidgets.cmake\n", encoding="utf-8")
+    (help_dir / "api.rst").write_text(".. automodule:: widgets.core\n   :members:\n   :undoc-members:\n\n",
+                                      encoding="utf-8")
+    (help_dir / "guide.rst").write_text("Widgets\n=======\n\n.. note::\n\n   " + PROSE + "\n", encoding="utf-8")
+    with caplog.at_level(logging.WARNING):
+        docs = read_paths([help_dir])
+    assert [d.source.rsplit("/", 1)[-1] for d in docs] == ["guide.rst"]
+    assert "skipped 2 file(s) that are not text documents or hold no prose" in caplog.text
+    assert "FindWidgets.rst: reStructuredText of directives alone, no prose" in caplog.text
+    (stub,) = read_file(help_dir / "FindWidgets.rst")  # named on its own, it is read
+    assert "cmake-module" in stub.text
