@@ -24,6 +24,7 @@ apart for evaluation and never read here.
 import json
 import sys
 from pathlib import Path
+from typing import Any
 
 from record import title, write
 
@@ -41,6 +42,7 @@ TIAGE = DATA / "dialogue" / "tiage_train_dev.json"
 COQA = DATA / "coqa_test.json"
 SQUAD = DATA / "squad_shifts_new_wiki_v1.0.json"
 TARGET = Path(__file__).resolve().parents[1] / "chunktree" / "data" / "track_decider.npz"
+STITCHED = {"coqa": COQA, "squad": SQUAD}
 VALIDATION_SHARE = 0.3
 SPREAD_SEEDS = (1, 2)  # the shipped decider's network starts from seed 0
 
@@ -70,6 +72,18 @@ def training_data() -> tuple[list[LabelledDialogue], dict[str, list[SegmentedDia
     return train + stitched, validation, everything + stitched
 
 
+def validation_reports(decider: Any, validation: dict[str, list[SegmentedDialogue]], embedder: Any, cache: Any
+                       ) -> tuple[dict[str, dict], dict[str, dict]]:
+    """The decider on the validation split: ``evaluate_segmentation``'s report on each segmentation
+    set, and ``evaluate``'s on 30 dialogues of 40 turns stitched from the second half of each
+    stitched file (``STITCHED``)."""
+    segmented = {name: evaluate_segmentation(dialogues, embedder, cache, decider=decider)
+                 for name, dialogues in validation.items()}
+    stitched = {name: evaluate(path, embedder=embedder, cache=cache, dialogues=30, lengths=(40,), decider=decider)
+                for name, path in STITCHED.items()}
+    return segmented, stitched
+
+
 def main() -> int:
     for path in (DIALSEG, TIAGE, COQA, SQUAD):
         if not path.is_file():
@@ -80,27 +94,25 @@ def main() -> int:
     settings = {"hidden": DEFAULT_HIDDEN, "l2": DEFAULT_L2, "threshold": DEFAULT_THRESHOLD}
     decider = fit(train, embedder, cache, progress=True, **settings)
     results, lines = {"settings": settings, "train_dialogues": len(train), "validation": {}}, []
-    for name, dialogues in validation.items():
-        report = evaluate_segmentation(dialogues, embedder, cache, decider=decider)
+    segmented, stitched = validation_reports(decider, validation, embedder, cache)
+    for name, report in segmented.items():
         results["validation"][name] = report
-        lines += [f"validation, {name} ({len(dialogues)} dialogues):", *format_segmentation(report).splitlines()]
+        lines += [f"validation, {name} ({len(validation[name])} dialogues):", *format_segmentation(report).splitlines()]
     figures = {name: {m: round(r["methods"][m]["pk"]["mean"], 3) for m in ("forest", "thresholds")}
-               for name, r in results["validation"].items()}
-    for name, path in (("coqa", COQA), ("squad", SQUAD)):
-        report = evaluate(path, embedder=embedder, cache=cache, dialogues=30, lengths=(40,), decider=decider)
+               for name, r in segmented.items()}
+    for name, report in stitched.items():
         results["validation"][f"{name}_second_half"] = report
         m = report["by_length"][40]
-        lines.append(f"validation, 30 dialogues of 40 turns stitched from the second half of {path.name}: boundary F1 "
-                     f"{m['boundary_f1']['mean']:.3f}, return accuracy {m['return_accuracy']['mean']:.3f}, "
+        lines.append(f"validation, 30 dialogues of 40 turns stitched from the second half of {STITCHED[name].name}: "
+                     f"boundary F1 {m['boundary_f1']['mean']:.3f}, return accuracy {m['return_accuracy']['mean']:.3f}, "
                      f"Pk {m['pk']['mean']:.3f} (return_similarity {decider.return_similarity})")
     results["seed_spread"] = {}
     for seed in SPREAD_SEEDS:
-        other = fit(train, embedder, cache, seed=seed, **settings)
-        row = {name: round(evaluate_segmentation(dialogues, embedder, cache, decider=other)["methods"]["forest"]["pk"]
-                           ["mean"], 3) for name, dialogues in validation.items()}
-        for name, path in (("coqa", COQA), ("squad", SQUAD)):
-            m = evaluate(path, embedder=embedder, cache=cache, dialogues=30, lengths=(40,), decider=other)["by_length"][40]
-            row[f"{name}_return_accuracy"] = round(m["return_accuracy"]["mean"], 3)
+        segmented, stitched = validation_reports(fit(train, embedder, cache, seed=seed, **settings), validation,
+                                                 embedder, cache)
+        row = {name: round(r["methods"]["forest"]["pk"]["mean"], 3) for name, r in segmented.items()}
+        for name, report in stitched.items():
+            row[f"{name}_return_accuracy"] = round(report["by_length"][40]["return_accuracy"]["mean"], 3)
         results["seed_spread"][seed] = row
         lines.append(f"the same fit, network seed {seed}: validation Pk "
                      + ", ".join(f"{name} {row[name]}" for name in validation)
