@@ -660,9 +660,11 @@ def _read_pdf(path: Path, data: bytes) -> Document:
 
 
 # Navigation trafilatura keeps: the "Next: ..., Previous: ..., Up: ..." line above each page of a
-# GNU manual in HTML (Texinfo 6's ``<div class="header">``).
+# GNU manual in HTML (Texinfo 6's ``<div class="header">``), and the permalink sign after each
+# heading of a Sphinx or MkDocs page (``<a class="headerlink">¶</a>``).
 _HTML_NAVIGATION = ['//div[@class="header"][starts-with(normalize-space(.), "Next:") or '
-                    'starts-with(normalize-space(.), "Previous:") or starts-with(normalize-space(.), "Up:")]']
+                    'starts-with(normalize-space(.), "Previous:") or starts-with(normalize-space(.), "Up:")]',
+                    '//a[contains(concat(" ", normalize-space(@class), " "), " headerlink ")]']
 # trafilatura's Markdown escapes the characters Markdown would read as syntax (``my\_file``,
 # ``\[x\]``): an odd run of 2n + 1 backslashes before one of them was n. Code, in a span or a fenced
 # block, is left as trafilatura leaves it: as written.
@@ -686,10 +688,17 @@ def _unescaped(markdown: str) -> str:
     """``markdown`` with trafilatura's escapes of inline syntax characters undone outside code."""
     lines, fenced = [], False
     for line in markdown.split("\n"):
-        if line.lstrip().startswith("```"):
+        if not fenced:
+            head, fence, code = line.partition("```")
+            head = _BLOCK_START_ESCAPE.sub(_unescape_block_start, _ESCAPE_OR_CODE.sub(_unescape, head))
+            if fence and head.strip() and "```" not in code:
+                # a block that opens mid-line (an inline literal that wraps a line of the page's
+                # source: "an implementation of ```"): its fence goes on a line of its own
+                lines.append(head.rstrip())
+                head = ""
+            line = head + fence + code
+        if line.count("```") % 2:
             fenced = not fenced
-        elif not fenced:
-            line = _BLOCK_START_ESCAPE.sub(_unescape_block_start, _ESCAPE_OR_CODE.sub(_unescape, line))
         lines.append(line)
     return "\n".join(lines)
 

@@ -203,3 +203,34 @@ def test_html_text_reads_as_the_page_shows_it_without_texinfo_navigation(tmp_pat
     assert "back\\slash" in doc.text and "frob_init([1, 2]);  /* a_b */" in doc.text
     assert "\n1. Prepare each interface once" in doc.text and "\n- Keep one interface" in doc.text
     assert "\\_" not in doc.text and "\\[" not in doc.text and "\\*" not in doc.text and "\\." not in doc.text
+
+
+# A page as Sphinx writes it: a permalink sign after each heading, and an inline literal that wraps
+# a line of the source (which the extractor writes as a code block that opens mid-sentence).
+SPHINX_PAGE = """<html><head><title>Dialect internals</title></head><body><div class="body" role="main">
+<section id="dialect-internals"><h1>Dialect internals<a class="headerlink" href="#dialect-internals"
+title="Link to this heading">¶</a></h1>
+<p>A dialect tells the engine how to talk to one database through its DBAPI driver, and each method
+below is called by the engine at a fixed point of a connection's life.</p>
+<dl>
+<dt>do_execute()</dt><dd><p>Provide an implementation of <code class="docutils literal"><span
+class="pre">cursor.execute(statement,</span>
+<span class="pre">parameters)</span></code>.</p></dd>
+<dt>do_execute_no_params()</dt><dd><p>Provide an implementation of
+<code class="docutils literal"><span class="pre">cursor.execute(statement)</span></code>.</p></dd>
+</dl>
+<section id="do-ping"><h2>Pinging a connection<a class="headerlink" href="#do-ping" title="Link to this
+heading">¶</a></h2>
+<p>The engine calls do_ping() on a pooled connection before it hands it out, when pre_ping is set,
+and the pool discards a connection whose ping fails.</p></section></section></div></body></html>"""
+
+
+def test_sphinx_page_reads_without_permalink_signs_or_escapes(tmp_path):
+    """No "¶" after a heading (in the text or the headings); a name after an inline literal that
+    wraps a line (``do_execute_no_params``) reads as the page shows it, not ``do\\_execute...``."""
+    (tmp_path / "internals.html").write_text(SPHINX_PAGE, encoding="utf-8")
+    (doc,) = read_file(tmp_path / "internals.html")
+    assert [h for _, h in doc.headings] == ["Dialect internals", "Pinging a connection"]
+    assert "¶" not in doc.text
+    assert "do_execute_no_params()" in doc.text and "\\_" not in doc.text
+    assert "do_ping() on a pooled connection before it hands it out, when pre_ping is set" in doc.text

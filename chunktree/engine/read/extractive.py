@@ -51,7 +51,7 @@ MEMORY_AWARE_WEIGHT = 0.25
 # A line break inside a paragraph (hard-wrapped text): not a sentence end. A break before a blank
 # line, a heading, a quote or a list item is left as it is.
 _WRAPPED = re.compile(r"(?<!\n)\n(?![\n#>*+\-]|\d+[.)]\s)")
-_LEADING_DOT = re.compile(r"(?<=[\s/~])\.(?=\w)|(?<=\s)\.(?=\s+[a-z])")
+_NOT_AN_END = re.compile(r"(?<=[\s/~`'\"(\[])\.(?=\w)|(?<=\s)\.(?=\s+[a-z])|!(?=\[)")
 
 
 def split_sentences(text: str) -> list[tuple[int, int]]:
@@ -59,13 +59,14 @@ def split_sentences(text: str) -> list[tuple[int, int]]:
 
     pysbd ends a sentence at every line break, so hard-wrapped lines are joined first (each such
     break read as a space: the offsets stay those of ``text``), and at a dot that starts a word
-    (a file's extension), which it is not shown."""
+    (a file's extension) or an image's "!", which it is not shown."""
     import pysbd
 
     spans = []
-    # A dot that starts a word (".gz", ".bashrc", "the . builtin") is not a sentence's end; it is
-    # hidden from pysbd behind a one-character stand-in, so the offsets stay those of ``text``.
-    joined = _LEADING_DOT.sub("\u2024", _WRAPPED.sub(" ", text))
+    # A dot that starts a word (".gz", "`.bashrc`", "the . builtin", ":attr:`.Pool`") and the "!" of
+    # a Markdown image ("![a chart](c.png)") are not a sentence's end; they are hidden from pysbd
+    # behind a one-character stand-in, so the offsets stay those of ``text``.
+    joined = _NOT_AN_END.sub("\u2024", _WRAPPED.sub(" ", text))
     for s in pysbd.Segmenter(language="en", clean=False, char_span=True).segment(joined):
         start, end = s.start, s.end
         while start < end and text[start].isspace():
@@ -75,6 +76,40 @@ def split_sentences(text: str) -> list[tuple[int, int]]:
         if end > start:
             spans.append((start, end))
     return spans
+
+
+# Link and role markup, shown as the rendered page shows it: a reStructuredText role
+# (":meth:`.Session.delete`", ":ref:`Pooling <pooling>`", ":py:class:`~a.b.Engine`") and link
+# ("`the guide <https://...>`_", "`the guide`_"), a Markdown link or image ("[the guide](guide.md)",
+# "[the guide][1]", "![a chart](c.png)"); a code span ("`x[1](2)`") is left as written.
+_MARKUP = re.compile(r"(?<![\w`:]):(?:[\w+-]+:)?(?P<role>[\w+-]+):`(?P<body>[^`\n]+)`"
+                     r"|`(?P<link>[^`<\n]+?)(?:\s*<[^<>`\n]*>)?`__?(?!\w)"
+                     r"|(?P<code>``[^\n]+?``|`[^`\n]+`)"
+                     r"|!?\[(?P<text>[^\[\]\n]*)\](?:\([^()\s]*(?:\s+\"[^\"]*\")?\)|\[[^\[\]\n]*\])")
+_TEXT_ROLES = frozenset("ref doc term abbr dfn guilabel menuselection numref".split())
+
+
+def _shown(m: re.Match[str]) -> str:
+    """A role as Sphinx shows it (its title, or its target without a leading "." or "!"; "~"
+    keeps the last part of a dotted name; a name of code in backticks, PEP and RFC numbers so), a
+    link as its text, a code span as it is."""
+    if m.group("code") is not None:
+        return m.group("code")
+    if m.group("role") is None:
+        return m.group("link") if m.group("link") is not None else m.group("text")
+    role, body = m.group("role"), m.group("body")
+    titled = re.fullmatch(r"(.+?)\s*<[^<>]*>", body)
+    text = titled.group(1) if titled else body.lstrip(".!")
+    if text.startswith("~"):
+        text = text[1:].rsplit(".", 1)[-1]
+    if role in ("pep", "rfc"):
+        return f"{role.upper()} {text}"
+    return text if role in _TEXT_ROLES or titled else f"`{text}`"
+
+
+def shown(text: str) -> str:
+    """``text`` with its link and role markup as a rendered page shows it (``_MARKUP``)."""
+    return _MARKUP.sub(_shown, text)
 
 
 # What a quotable sentence is not: a heading's underline or a rule (a run of one punctuation mark),
@@ -107,7 +142,7 @@ def quotable(sentence: str, last: bool, boilerplate: bool = False) -> bool:
     cut by its chunk's end (the chunk's ``last`` sentence without an end mark), no hole where a
     reader lost inline code (``_GAP``), and not licence or copyright boilerplate unless
     ``boilerplate``."""
-    body = _LIST_MARKER.sub("", sentence.strip())
+    body = _LIST_MARKER.sub("", shown(sentence).strip())
     if len(_WORD.findall(body)) < 3 or _ADORNMENT.search(body) or body.startswith("#"):
         return False
     if _GAP.search(body) or (not boilerplate and _BOILERPLATE.search(body)):
@@ -143,13 +178,12 @@ def list_after(text: str, end: int) -> int:
 
 
 _FENCE = re.compile(r"(?:```|~~~)[\w+-]*")  # a Markdown code block's fence line: ```console
-
-
 def plain(sentence: str) -> str:
-    """The sentence as the answer shows it: on one line, without a list marker or a code block's
-    fence lines; the items of a list it carries each on a line of their own."""
+    """The sentence as the answer shows it: on one line, its links and roles as text (``shown``),
+    without a list marker or a code block's fence lines; the items of a list it carries each on a
+    line of their own."""
     lines: list[str] = []
-    for line in sentence.splitlines():
+    for line in shown(sentence).splitlines():
         flat = " ".join(line.split())
         if not flat or _FENCE.fullmatch(flat):
             continue

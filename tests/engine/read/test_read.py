@@ -142,6 +142,17 @@ def test_sentences_run_across_hard_line_breaks_but_not_across_paragraphs_or_head
                    "- a list item", "1. a numbered one"]
 
 
+def test_a_dot_that_starts_a_name_in_code_or_markup_does_not_end_a_sentence():
+    """``.venv``, ``.gz`` and reStructuredText's ``:attr:`.Pool``` are names, not sentence ends."""
+    from chunktree.engine.read.extractive import split_sentences
+
+    text = ("For the driver's own connection, call the\n:attr:`.PoolProxiedConnection.dbapi_connection` attribute "
+            "on that. Run `.venv/bin/python` on the `.gz` file (\".tar\" too). It unpacks.")
+    got = [text[a:b] for a, b in split_sentences(text)]
+    assert got == ["For the driver's own connection, call the\n:attr:`.PoolProxiedConnection.dbapi_connection` "
+                   "attribute on that.", "Run `.venv/bin/python` on the `.gz` file (\".tar\" too).", "It unpacks."]
+
+
 def test_the_extractive_answer_reads_whole_sentences_once(embedder):
     """Chunks as a real folder gives them: an reStructuredText title with its underline, list markers,
     hard-wrapped lines, overlapping chunks that share a sentence, the same sentence in two files, and
@@ -258,3 +269,25 @@ def test_a_quoted_code_block_is_shown_without_its_fence_lines(embedder):
     r = read(chunks, "What does an interrupted embed print?", embedder=embedder, memory_tokens=200)
     assert "chunktree embed: interrupted; the vectors embedded so far are kept in the cache." in r.answer.splitlines()
     assert "```" not in r.answer
+
+
+def test_a_quoted_sentence_shows_links_and_roles_as_the_rendered_page_does(embedder):
+    """Markdown links and images, reStructuredText links and Sphinx roles read as their text (a
+    name of code in backticks); a code span keeps what looks like a link; the quote in memory
+    stays the source's span."""
+    rst = ("Pooling\n=======\n\nTo test each connection before use, pass :paramref:`~.create_engine.pool_pre_ping` "
+           "to :func:`.create_engine`, see :ref:`the pool guide <pool_disconnects>` and :pep:`249`.\n")
+    md = ("# Install\n\nThe pool checks each connection before it is handed out when pre-ping is set in "
+          "[the engine options](engines.md#pre-ping \"Engines\") or `opts[1](x)` as ![the diagram](pool.png) "
+          "shows and `the FAQ <https://example.org/faq>`_ says.\n")
+    chunks = [Chunk(id=0, text=rst, source="pooling.rst", index=0, start=0, end=len(rst)),
+              Chunk(id=1, text=md, source="install.md", index=0, start=0, end=len(md))]
+    r = read(chunks, "How do I test each connection in the pool before it is used?", embedder=embedder,
+             memory_tokens=200)
+    lines = r.answer.splitlines()
+    assert ("To test each connection before use, pass `pool_pre_ping` to `create_engine`, see the pool guide "
+            "and PEP 249.") in lines
+    assert ("The pool checks each connection before it is handed out when pre-ping is set in the engine options "
+            "or `opts[1](x)` as the diagram shows and the FAQ says.") in lines
+    for quote in r.memory["evidence"]:
+        assert chunks[quote["chunk"]].text[quote["start"]:quote["end"]] == quote["quote"]
