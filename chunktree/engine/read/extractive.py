@@ -82,10 +82,10 @@ def split_sentences(text: str) -> list[tuple[int, int]]:
 # (":meth:`.Session.delete`", ":ref:`Pooling <pooling>`", ":py:class:`~a.b.Engine`") and link
 # ("`the guide <https://...>`_", "`the guide`_"), a Markdown link or image ("[the guide](guide.md)",
 # "[the guide][1]", "![a chart](c.png)"); a code span ("`x[1](2)`") is left as written.
-_MARKUP = re.compile(r"(?<![\w`:]):(?:[\w+-]+:)?(?P<role>[\w+-]+):`(?P<body>[^`\n]+)`"
-                     r"|`(?P<link>[^`<\n]+?)(?:\s*<[^<>`\n]*>)?`__?(?!\w)"
-                     r"|(?P<code>``[^\n]+?``|`[^`\n]+`)"
-                     r"|!?\[(?P<text>[^\[\]\n]*)\](?:\([^()\s]*(?:\s+\"[^\"]*\")?\)|\[[^\[\]\n]*\])")
+_MARKUP = re.compile(r"(?<![\w`:]):(?:[\w+-]+:)?(?P<role>[\w+-]+):`(?P<body>[^`]{1,300})`"
+                     r"|`(?P<link>[^`<]{1,300}?)(?:\s*<[^<>`]{0,300}>)?`__?(?!\w)"
+                     r"|(?P<code>(?s:``.{1,300}?``)|`[^`]{1,300}`)"
+                     r"|!?\[(?P<text>[^\[\]]{0,300})\](?:\(\s*[^()\s]*(?:\s+\"[^\"]*\")?\)|\[[^\[\]\n]*\])")
 _TEXT_ROLES = frozenset("ref doc term abbr dfn guilabel menuselection numref".split())
 
 
@@ -98,7 +98,7 @@ def _shown(m: re.Match[str]) -> str:
     if m.group("role") is None:
         return m.group("link") if m.group("link") is not None else m.group("text")
     role, body = m.group("role"), m.group("body")
-    titled = re.fullmatch(r"(.+?)\s*<[^<>]*>", body)
+    titled = re.fullmatch(r"(.+?)\s*<[^<>]*>", body, re.S)
     text = titled.group(1) if titled else body.lstrip(".!")
     if text.startswith("~"):
         text = text[1:].rsplit(".", 1)[-1]

@@ -276,7 +276,7 @@ def test_a_quoted_sentence_shows_links_and_roles_as_the_rendered_page_does(embed
     name of code in backticks); a code span keeps what looks like a link; the quote in memory
     stays the source's span."""
     rst = ("Pooling\n=======\n\nTo test each connection before use, pass :paramref:`~.create_engine.pool_pre_ping` "
-           "to :func:`.create_engine`, see :ref:`the pool guide <pool_disconnects>` and :pep:`249`.\n")
+           "to :func:`.create_engine`, see :ref:`the pool\nguide <pool_disconnects>` and :pep:`249`.\n")
     md = ("# Install\n\nThe pool checks each connection before it is handed out when pre-ping is set in "
           "[the engine options](engines.md#pre-ping \"Engines\") or `opts[1](x)` as ![the diagram](pool.png) "
           "shows and `the FAQ <https://example.org/faq>`_ says.\n")
