@@ -3,7 +3,8 @@
 What is read, by name and by content:
 
 - ``.md``/``.markdown`` (Markdown headings), ``.rst``/``.rst.txt`` (reStructuredText headings),
-  ``.pdf`` (pypdf), ``.html``/``.htm`` (the page's main content, as Markdown, by trafilatura),
+  ``.pdf`` (pypdf; without running heads, feet and page numbers, and words broken at a line's end
+  whole), ``.html``/``.htm`` (the page's main content, as Markdown, by trafilatura),
   ``.jsonl`` (one document per line: ``text``, optional ``id``, any other keys kept as metadata);
 - man pages (roff: a ``.TH`` or ``.Dd`` request at the top), as text with their section headings;
 - any other file whose content is UTF-8 text (or UTF-16/32 with a byte-order mark), whatever its
@@ -42,6 +43,7 @@ import lzma
 import os
 import re
 import stat
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from importlib import resources
@@ -649,7 +651,7 @@ def _read_pdf(path: Path, data: bytes) -> Document:
     except (PyPdfError, ValueError, KeyError, TypeError, RecursionError) as exc:
         raise DocumentError(f"{path}: not a readable PDF ({exc})") from None
     parts, starts, offset = [], [], 0
-    for page_text in pages:
+    for page_text in _dehyphenated(_without_running_lines(pages)):
         starts.append(offset)
         parts.append(page_text)
         offset += len(page_text) + 2
@@ -657,6 +659,77 @@ def _read_pdf(path: Path, data: bytes) -> Document:
     if not text.strip():
         raise DocumentError(f"{path}: PDF has no extractable text (scanned images need OCR first)")
     return Document(_shown(path), text, "text", page_starts=tuple(starts))
+
+
+_NUMBER_AT_END = re.compile(r"^(\d{1,5})\b|\b(\d{1,5})$")
+
+
+def _without_running_lines(pages: list[str]) -> list[str]:
+    """``pages`` without their running heads and feet: a first or last line of a page that repeats
+    at the top or foot of at least a fifth of the pages (and 3) with only its numbers changed (a
+    book's title; "Chapter 4: Function reference 9"), or whose number at its start or end is the
+    page's printed number (its index plus the offset that most pages' outermost lines share; at
+    least a fifth of the pages, and 3; once a page). Up to three lines deep (a title above a
+    chapter's running head). The first page keeps its title."""
+    lines = [page.split("\n") for page in pages]
+    if len(pages) < 3:
+        return pages
+    often = max(3, len(pages) / 5)
+    gone: set[tuple[int, int]] = set()  # (page, line) of the running lines found
+    title: set[int] = set()  # the first page's lines that are its title
+    printed, numbered_pages = None, set()
+    for _ in range(3):
+        ends = []  # (page, line index) of each page's first and last line, of those left
+        for p, page in enumerate(lines):
+            left = [i for i, line in enumerate(page)
+                    if line.strip() and (p, i) not in gone and not (p == 0 and i in title)]
+            ends += [(p, i) for i in sorted({left[0], left[-1]}) if len(page[i]) <= 120] if left else []
+        shape = {(p, i): re.sub(r"\d+", "#", " ".join(lines[p][i].split())) for p, i in ends}
+        pages_of: dict[str, set[int]] = {}
+        for (p, _), key in shape.items():
+            pages_of.setdefault(key, set()).add(p)
+        offsets: dict[tuple[int, int], int] = {}
+        for p, i in ends:
+            m = _NUMBER_AT_END.search(lines[p][i].strip())
+            if m:
+                offsets[(p, i)] = int(m.group(1) or m.group(2)) - p
+        if printed is None:  # the pages' numbering, once found kept
+            counts = Counter(offsets.values()).most_common(1)
+            printed = counts[0][0] if counts and counts[0][1] >= often else None
+        numbered = {(p, i) for p, i in ends
+                    if printed is not None and offsets.get((p, i)) == printed and p not in numbered_pages}
+        repeated = {(p, i) for p, i in ends if len(pages_of[shape[(p, i)]]) >= often} - numbered
+        found, titled = numbered | {(p, i) for p, i in repeated if p}, {i for p, i in repeated if p == 0}
+        if not found and not titled:
+            break
+        gone |= found
+        title |= titled
+        numbered_pages |= {p for p, _ in numbered}
+    return ["\n".join(line for i, line in enumerate(page) if (p, i) not in gone) for p, page in enumerate(lines)]
+
+
+# A word broken at the end of a line: "declara-" then "tions"; a word, hyphenated or not.
+_BROKEN = re.compile(r"([^\W\d_]+)-\n([^\W\d_]+)")
+_WORDS = re.compile(r"[^\W\d_]+(?:-[^\W\d_]+)*")
+
+
+def _dehyphenated(pages: list[str]) -> list[str]:
+    """``pages`` with words broken at a line's end put together: without the hyphen when the whole
+    word appears elsewhere in the document, or when it does not and the part before the break is
+    no word of it ("manip-" "ulation"); with it when the hyphenated word appears elsewhere or the
+    first part is a word ("well-" "known")."""
+    words: Counter[str] = Counter()
+    for page in pages:
+        for word in _WORDS.findall(_BROKEN.sub(" ", page).lower()):
+            words.update([word, *word.split("-")] if "-" in word else [word])
+
+    def join(m: re.Match[str]) -> str:
+        left, right = m.group(1), m.group(2)
+        whole, hyphenated = (left + right).lower(), f"{left}-{right}".lower()
+        if words[whole] or (not words[hyphenated] and right[0].islower() and not words[left.lower()]):
+            return left + right
+        return f"{left}-{right}"
+    return [_BROKEN.sub(join, page) for page in pages]
 
 
 # Navigation trafilatura keeps: the "Next: ..., Previous: ..., Up: ..." line above each page of a

@@ -86,6 +86,50 @@ def test_pdf_pages(tmp_path):
     assert "First page about whales." in doc.text[:doc.page_starts[1]]
 
 
+@pytest.mark.parametrize("layout", ["title above, number below", "title above a chapter's head and number"])
+def test_pdf_without_running_heads_and_with_broken_words_whole(tmp_path, layout):
+    """A manual as DocBook and Texinfo print one: the book's title at the top of each page and the
+    page's printed number at the foot, or under the title a running head that ends with that
+    number; words broken at a line's end. The pages read as their text: no running line (the first
+    page keeps its title), the words whole ("declaration", "manipulation"), a compound keeps its
+    hyphen ("well-known")."""
+    fpdf = pytest.importorskip("fpdf")
+    body = [["1 Introduction", "The schema parser reads every declaration of a module once.",
+             "Each declara-", "tion names a type, and a well known name is kept as it is."],
+            ["Setting up the parser is one call; the manip-", "ulation of the tree comes after it."],
+            ["2 Trees", "A tree holds one node per type, and each node keeps its well-", "known name."],
+            ["Nodes are freed with the tree, in one call, when the tree is deleted."]]
+
+    class Manual(fpdf.FPDF):
+        def header(self) -> None:
+            n = self.page_no() - 1
+            self.cell(text="The Frob Parser Manual", new_x="LMARGIN", new_y="NEXT")
+            if layout.endswith("number"):
+                self.cell(text=f"Chapter {1 + n // 2}: {'Introduction' if n < 2 else 'Trees'} {n + 3}",
+                          new_x="LMARGIN", new_y="NEXT")
+
+        def footer(self) -> None:
+            if layout.endswith("below"):
+                self.set_y(-15)
+                self.cell(text=str(self.page_no() + 2))
+
+    pdf = Manual()
+    pdf.set_font("helvetica", size=11)
+    for lines in body:
+        pdf.add_page()
+        for line in lines:
+            pdf.cell(text=line, new_x="LMARGIN", new_y="NEXT")
+    pdf.output(str(tmp_path / "frob.pdf"))
+    (doc,) = read_file(tmp_path / "frob.pdf")
+    pages = [doc.text[a:b] for a, b in zip(doc.page_starts, [*doc.page_starts[1:], len(doc.text)])]
+    assert [page.split() for page in pages] == [" ".join(lines).split() for lines in [
+        ["The Frob Parser Manual", "1 Introduction", "The schema parser reads every declaration of a module once.",
+         "Each declaration names a type, and a well known name is kept as it is."],
+        ["Setting up the parser is one call; the manipulation of the tree comes after it."],
+        ["2 Trees", "A tree holds one node per type, and each node keeps its well-known name."],
+        ["Nodes are freed with the tree, in one call, when the tree is deleted."]]]
+
+
 @pytest.mark.parametrize("name, content, message", [
     ("empty.txt", b"", "file is empty"),
     ("blank.md", b"  \n\t\n", "file is empty"),
