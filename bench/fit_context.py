@@ -36,12 +36,12 @@ from record import title, write
 
 from chunktree import Embedder
 from chunktree.engine.cache import EmbeddingCache
+from chunktree.engine.lexical import lexical_tokens
 from chunktree.engine.select import select
 from chunktree.track.context import RELEVANCE_FEATURES, RELEVANCE_FLOOR, RELEVANCE_KEEP, relevance_features
 from chunktree.track.data import LabelledDialogue, Turn, labelled_turns, load_labelled, load_stories
 from chunktree.track.evaluate import _fill, embed_turns, stitched_dialogues
 from chunktree.track.forest import Forest
-from chunktree.track.lexical import lexical_tokens
 from chunktree.track.locomo import KINDS, LocomoConversation, _copy, conversation_forest, load_locomo
 from chunktree.track.train import fit_weights
 

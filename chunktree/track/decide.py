@@ -28,19 +28,10 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from chunktree.checks import InvalidValueError, json_loads, number, positive_int
+from chunktree.engine.lexical import FUNCTION_WORDS
 
 ACTIONS = ("continue", "branch", "switch", "new_topic")
 
-# Words that carry no topic: pronouns, question words, auxiliaries, connectives.
-FUNCTION_WORDS = frozenset("""
-a an the and or but so then also too yet still just only even not no yes ok okay
-i me my mine we us our you your he him his she her hers it its they them their theirs this that these those
-there here what which who whom whose when where why how whether if than as
-is am are was were be been being do does did done have has had having will would shall should can could
-may might must of to in on at by for from with about into over after before up down out off again
-more most much many some any all each every other another such same own very really quite
-tell say said please thanks thank know think mean like one ones thing things something anything
-""".split())
 _WORD = re.compile(r"[^\W\d_]+(?:['’][^\W\d_]+)?")
 
 

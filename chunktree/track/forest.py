@@ -29,6 +29,7 @@ from chunktree.checks import InvalidValueError, integer, json_loads, normalised,
 from chunktree.engine.cache import EmbeddingCache
 from chunktree.engine.embedding import embed_texts
 from chunktree.engine.inputs import default_embedder
+from chunktree.engine.lexical import LexicalIndex, lexical_tokens
 from chunktree.engine.results import dumps
 from chunktree.files import replacing
 from chunktree.track.context import RELEVANCE_KEEP, Context, choose, match, reason, relevance, relevance_features
@@ -47,7 +48,6 @@ from chunktree.track.decide import (
     turn_cues,
 )
 from chunktree.track.learned import LearnedDecider, decider_for, tree_features
-from chunktree.track.lexical import LexicalIndex, lexical_tokens
 from chunktree.track.storage import (
     FORMAT,
     JOURNAL_MIN,

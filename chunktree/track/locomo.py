@@ -37,11 +37,11 @@ import numpy as np
 from chunktree.checks import InvalidValueError, integer
 from chunktree.engine.cache import EmbeddingCache
 from chunktree.engine.embedding import embed_texts
+from chunktree.engine.lexical import lexical_tokens
 from chunktree.progress import Progress, tracked
 from chunktree.track.data import SESSION, is_locomo, locomo_sittings, read_json
 from chunktree.track.evaluate import _fill
 from chunktree.track.forest import Forest
-from chunktree.track.lexical import lexical_tokens
 
 KINDS = {1: "multi-hop", 2: "temporal", 3: "open-domain", 4: "single-hop"}
 ADVERSARIAL = 5  # questions with no answer in the conversation: left out

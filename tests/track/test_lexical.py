@@ -1,11 +1,11 @@
-"""BM25 over turns (chunktree.track.lexical) against bm25s, an independent implementation, and
+"""BM25 over turns (chunktree.engine.lexical) against bm25s, an independent implementation, and
 the context's ranking features against plain numpy references."""
 
 import numpy as np
 import pytest
 
+from chunktree.engine.lexical import K1, LexicalIndex, lexical_tokens
 from chunktree.track.context import NEIGHBOURS, PATH, choose, match, relevance_features
-from chunktree.track.lexical import K1, LexicalIndex, lexical_tokens
 
 
 def test_tokens_drop_function_words_and_meet_at_their_stem():

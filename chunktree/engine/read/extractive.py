@@ -7,9 +7,10 @@ Deterministic.
 
 Two scores (``memory_weight``):
 
-- query-only (``memory_weight=0``, the default): similarity to the query (or, without a query,
-  to the corpus centroid). A sentence's score never changes, so what is kept hardly depends on
-  the order.
+- query-only (``memory_weight=0``, the default): similarity to the query plus ``LEXICAL_WEIGHT``
+  times the sentence's BM25 match with the query's words, as a share of the best sentence's
+  (``lexical_scores``), or, without a query, similarity to the corpus centroid. A sentence's score
+  never changes, so what is kept hardly depends on the order.
 - memory-aware (``memory_weight > 0``): similarity to the query plus ``memory_weight`` times the
   highest similarity to another sentence of the step's pool (what the memory holds and the new
   chunk's sentences) from a *different* chunk. What the memory holds changes what the worker
@@ -37,6 +38,7 @@ import numpy as np
 from chunktree.engine.cache import EmbeddingCache
 from chunktree.engine.chunking import Chunk
 from chunktree.engine.embedding import embed_texts
+from chunktree.engine.lexical import LexicalIndex, lexical_tokens
 from chunktree.engine.read.memory import Step
 from chunktree.progress import Progress
 
@@ -46,6 +48,11 @@ DEFAULT_MEMORY_WEIGHT = 0.0
 # The memory-aware reader eval-order reports beside it: the least harmful weight on the HotpotQA
 # sample's bridge questions, where the memory term should help most.
 MEMORY_AWARE_WEIGHT = 0.25
+# The weight of a sentence's BM25 match with the query (as a share of the best sentence's) beside
+# its similarity: the words a question names ("pre-ping", "HISTSIZE") find the sentence that holds
+# them where the embedding ranks sentences on the same subject alike. Chosen on bench/
+# eval_extractive.py's man pages and first 200 SQuAD-Shifts questions (0.2 to 0.6 quote the same).
+LEXICAL_WEIGHT = 0.3
 
 
 # A line break inside a paragraph (hard-wrapped text): not a sentence end. A break before a blank
@@ -263,6 +270,17 @@ class Sentences:
         keys: dict[str, int] = {}
         key = np.array([keys.setdefault(plain(t).casefold(), len(keys)) for t in sentence_texts], dtype=np.int64)
         return cls(table[:, 0], table[:, 1], table[:, 2], embedder.count_tokens(sentence_texts), vectors, indptr, key)
+
+
+def lexical_scores(sentences: Sentences, texts: Sequence[str], query: str) -> np.ndarray:
+    """Each sentence's BM25 score for the query's words (``lexical``) over all the sentences, as a
+    share of the best one's (float64, in [0, 1]; all 0 when no sentence shares a word with it)."""
+    index = LexicalIndex()
+    for i, a, b in zip(sentences.chunk.tolist(), sentences.start.tolist(), sentences.end.tolist()):
+        index.add(lexical_tokens(texts[i][a:b]))
+    scores = index.scores(lexical_tokens(query))
+    best = float(scores.max()) if scores.size else 0.0
+    return scores / best if best > 0 else scores
 
 
 def keep_best(candidates: list[tuple[float, int, int]], budget: int,

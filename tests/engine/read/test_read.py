@@ -291,3 +291,25 @@ def test_a_quoted_sentence_shows_links_and_roles_as_the_rendered_page_does(embed
             "or `opts[1](x)` as the diagram shows and the FAQ says.") in lines
     for quote in r.memory["evidence"]:
         assert chunks[quote["chunk"]].text[quote["start"]:quote["end"]] == quote["quote"]
+
+
+def test_a_word_the_question_names_finds_its_sentence_among_sentences_on_the_same_subject(embedder):
+    """Six sentences about connection pools; the question names "pre-ping", which one of them
+    holds. The embedding ranks them alike (without the words' match another sentence is kept);
+    the sentence's BM25 match with the question's words puts it first."""
+    from chunktree.engine.read.extractive import Sentences, lexical_scores
+
+    page = ("# Connection pools\n\nA connection pool keeps database connections open for reuse. "
+            "The pool hands out a connection when the application asks for one. "
+            "Connections return to the pool when the application is done with them. "
+            "A pool that has no connection left waits until one comes back. "
+            "The pessimistic approach emits a test statement at the start of each checkout, named pre-ping. "
+            "Pool size limits how many connections are open at once.\n")
+    chunks = [Chunk(id=0, text=page, source="pooling.md", index=0, start=0, end=len(page))]
+    r = read(chunks, "What is the pre-ping of a pool?", embedder=embedder, memory_tokens=25)
+    assert r.answer.splitlines()[0] == ("The pessimistic approach emits a test statement at the start of each "
+                                        "checkout, named pre-ping.")
+    sentences = Sentences.of([page], embedder)
+    lexical = lexical_scores(sentences, [page], "What is the pre-ping of a pool?")
+    assert lexical.max() == 1.0 and lexical.min() >= 0.0
+    assert lexical_scores(sentences, [page], "Which whales did Ahab hunt?").tolist() == [0.0] * len(lexical)

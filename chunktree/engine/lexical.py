@@ -1,10 +1,11 @@
-"""Lexical matching of turns: Okapi BM25 over an index that grows one turn at a time.
+"""Lexical matching: Okapi BM25 over an index that grows one text at a time (a dialogue's turns,
+the extractive reader's sentences).
 
 A dense embedding misses what names, dates and objects share ("the pottery class", "Sweden");
-BM25 over the words of each turn finds it. ``lexical_tokens`` keeps a text's words (letters or
-digits, lower case) that are not function words (``decide.FUNCTION_WORDS``), each reduced to its
+BM25 over the words of each text finds it. ``lexical_tokens`` keeps a text's words (letters or
+digits, lower case) that are not function words (``FUNCTION_WORDS``), each reduced to its
 Snowball stem ("paintings" and "painted" meet at "paint"). ``LexicalIndex`` holds them as
-postings that a new turn appends to, so adding a turn costs its own words, and ``scores`` costs
+postings that a new text appends to, so adding one costs its own words, and ``scores`` costs
 the postings of the query's words.
 """
 
@@ -18,8 +19,16 @@ from collections import Counter
 import numpy as np
 import snowballstemmer
 
-from chunktree.track.decide import FUNCTION_WORDS
-
+# Words that carry no topic: pronouns, question words, auxiliaries, connectives.
+FUNCTION_WORDS = frozenset("""
+a an the and or but so then also too yet still just only even not no yes ok okay
+i me my mine we us our you your he him his she her hers it its they them their theirs this that these those
+there here what which who whom whose when where why how whether if than as
+is am are was were be been being do does did done have has had having will would shall should can could
+may might must of to in on at by for from with about into over after before up down out off again
+more most much many some any all each every other another such same own very really quite
+tell say said please thanks thank know think mean like one ones thing things something anything
+""".split())
 _WORD = re.compile(r"[^\W_]+")
 _STEMMER = snowballstemmer.stemmer("english")
 _STEMS: dict[str, str] = {}  # each word is stemmed once per process: a conversation repeats its words
