@@ -7,11 +7,17 @@ question, on real documents nobody here wrote:
    is answered when the reader's answer holds the phrase; for a question about an option, whether
    the answer's line that holds the phrase also names the option);
 2. SQuAD-Shifts (new Wikipedia articles, ``../shared/data``): each article is a corpus, and a
-   question is answered when the reader's answer holds the sentence that holds the gold answer.
+   question is answered when the reader's answer holds the sentence that holds the gold answer;
+3. HotpotQA (the dev sample in ``../shared/data``, questions whose answer is not yes or no): each
+   question's ten paragraphs are a corpus, and it is answered when the reader's answer holds the
+   answer's words. Not used to choose ``LEXICAL_WEIGHT`` (1 and 2 were), so it checks the choice.
+
+Each set is read twice in the run: by the default reader (512 memory tokens, query-only scores,
+order ``chunktree.order``'s default) and by the same reader scoring sentences by similarity alone
+(``LEXICAL_WEIGHT`` 0), the reference.
 
     python bench/eval_extractive.py [--limit 200]
 
-The default reader: 512 memory tokens, query-only scores, order ``chunktree.order``'s default.
 Writes ``bench/results/eval_extractive.json``. Man pages not installed are left out, and said.
 """
 
@@ -31,10 +37,12 @@ from chunktree import EmbeddingCache
 from chunktree.engine.chunking import chunk_documents
 from chunktree.engine.documents import read_file
 from chunktree.engine.inputs import default_embedder
-from chunktree.engine.read import read
+from chunktree.engine.read import read, reader
+from chunktree.engine.read.extractive import LEXICAL_WEIGHT
 
-SQUAD = (Path(os.environ.get("CHUNKTREE_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
-         / "squad_shifts_new_wiki_v1.0.json")
+SHARED = Path(os.environ.get("CHUNKTREE_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
+SQUAD = SHARED / "squad_shifts_new_wiki_v1.0.json"
+HOTPOT = SHARED / "hotpotqa_dev_sample.jsonl"
 MAN = Path("/usr/share/man/man1")
 PAGES = ("gzip.1.gz", "bash.1.gz", "ssh.1.gz", "tar.1.gz", "ssh-keygen.1.gz", "scp.1.gz", "chrt.1.gz", "taskset.1.gz")
 # (page, question, a phrase of the answer as the page words it, the option the answer is about or None)
@@ -138,6 +146,23 @@ def squad(embedder, cache, limit: int) -> tuple[list[str], dict]:
              f"({got / max(asked, 1):.3f})"], {"quoted": got, "questions": asked})
 
 
+def hotpot(embedder, cache) -> tuple[list[str], dict]:
+    from chunktree.engine.documents import Document
+
+    got = asked = 0
+    for line in HOTPOT.read_text(encoding="utf-8").splitlines():
+        record = json.loads(line)
+        answer = _flat(record["answers"][0]).lower()
+        if answer in ("yes", "no"):
+            continue
+        docs = [Document(p["title"], p["text"], "text") for p in record["paragraphs"]]
+        chunks = chunk_documents(docs, embedder.tokenizer)
+        got += answer in _flat(read(chunks, record["question"], embedder=embedder, cache=cache).answer).lower()
+        asked += 1
+    return ([f"HotpotQA dev sample (held out): the answer quoted for {got} of {asked} questions "
+             f"({got / max(asked, 1):.3f})"], {"quoted": got, "questions": asked})
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limit", type=int, default=200, help="SQuAD-Shifts questions (default %(default)s)")
@@ -145,11 +170,15 @@ def main() -> None:
     embedder, cache = default_embedder(), EmbeddingCache()
     t0 = time.perf_counter()
     lines, results = [], {}
-    for name, run in (("man pages", lambda: man_pages(embedder, cache)),
-                      ("squad-shifts", lambda: squad(embedder, cache, args.limit))):
-        said, results[name] = run()
-        lines += said
-        print("\n".join(said), flush=True)
+    for weight, reading in ((LEXICAL_WEIGHT, "default"), (0.0, "similarity alone")):
+        reader.LEXICAL_WEIGHT = weight  # the reference: the same reader without the words' match
+        lines.append(f"{reading} (LEXICAL_WEIGHT {weight}):")
+        for name, run in (("man pages", lambda: man_pages(embedder, cache)),
+                          ("squad-shifts", lambda: squad(embedder, cache, args.limit)),
+                          ("hotpotqa", lambda: hotpot(embedder, cache))):
+            said, results.setdefault(reading, {})[name] = run()
+            lines += ["  " + line for line in said]
+            print("\n".join(lines[-len(said):]), flush=True)
     results["seconds"] = round(time.perf_counter() - t0, 1)
     path = record.write("eval_extractive", record.title(__doc__, "eval_extractive"),
                         "python bench/eval_extractive.py " + " ".join(sys.argv[1:]), lines, results)
