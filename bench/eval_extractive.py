@@ -172,12 +172,11 @@ def main() -> None:
     lines, results = [], {}
     for weight, reading in ((LEXICAL_WEIGHT, "default"), (0.0, "similarity alone")):
         reader.LEXICAL_WEIGHT = weight  # the reference: the same reader without the words' match
-        lines.append(f"{reading} (LEXICAL_WEIGHT {weight}):")
         for name, run in (("man pages", lambda: man_pages(embedder, cache)),
                           ("squad-shifts", lambda: squad(embedder, cache, args.limit)),
                           ("hotpotqa", lambda: hotpot(embedder, cache))):
             said, results.setdefault(reading, {})[name] = run()
-            lines += ["  " + line for line in said]
+            lines += [f"{reading} (LEXICAL_WEIGHT {weight}), {line}" for line in said]
             print("\n".join(lines[-len(said):]), flush=True)
     results["seconds"] = round(time.perf_counter() - t0, 1)
     path = record.write("eval_extractive", record.title(__doc__, "eval_extractive"),
