@@ -38,7 +38,7 @@ from chunktree.engine.embedding import embed_texts
 from chunktree.engine.evaluate.data import Passage, Question, evaluable
 from chunktree.engine.evaluate.stats import bootstrap
 from chunktree.engine.order import DEFAULT_BLEND, order
-from chunktree.engine.read.extractive import MEMORY_AWARE_WEIGHT, ExtractiveWorker, Sentences
+from chunktree.engine.read.extractive import MEMORY_AWARE_WEIGHT, ExtractiveWorker, Sentences, query_scores
 from chunktree.progress import Progress, tracked
 
 ORDERS = ("document", "dense", "bfs", "dfs", "guided", "dense_tree", "runs", "random")
@@ -114,7 +114,7 @@ def evaluate_orders(
         memory_budget = max(1, round(budget * int(embedder.count_tokens(paragraphs).sum())))
         q_vecs, _ = embed_texts([q.text for q in passage.questions], embedder, cache, prompt="query")
         for q, qv in zip(passage.questions, q_vecs):
-            scores = sentences.vectors @ qv
+            scores = query_scores(sentences, paragraphs, q.text, qv)
             record: dict[str, Any] = {"kind": q.kind, "question": q.text, "paragraphs": n, "orders": {}}
             for name in orders:
                 if name == "random":

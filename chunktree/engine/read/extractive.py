@@ -283,6 +283,12 @@ def lexical_scores(sentences: Sentences, texts: Sequence[str], query: str) -> np
     return scores / best if best > 0 else scores
 
 
+def query_scores(sentences: Sentences, texts: Sequence[str], query: str, query_vector: np.ndarray) -> np.ndarray:
+    """The query-only score of each sentence of ``texts``: its similarity to the query (its
+    embedding, ``query_vector``) plus ``LEXICAL_WEIGHT`` times ``lexical_scores``."""
+    return sentences.vectors @ query_vector + LEXICAL_WEIGHT * lexical_scores(sentences, texts, query)
+
+
 def keep_best(candidates: list[tuple[float, int, int]], budget: int,
               key: np.ndarray | None = None) -> list[tuple[float, int, int]]:
     """The memory update: candidates (score, tokens, sentence id) taken by descending score

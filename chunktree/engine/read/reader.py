@@ -31,10 +31,9 @@ from chunktree.engine.order import DEFAULT_STRATEGY, STRATEGIES, OrderResult, or
 from chunktree.engine.read.extractive import (
     ASKS_ABOUT_BOILERPLATE,
     DEFAULT_MEMORY_WEIGHT,
-    LEXICAL_WEIGHT,
     ExtractiveWorker,
     Sentences,
-    lexical_scores,
+    query_scores,
 )
 from chunktree.engine.read.llm_worker import (
     MANAGER_PROMPT,
@@ -220,7 +219,7 @@ def _extractive_worker(texts: list[str], provenance: list[Chunk | None], query: 
                        cache: EmbeddingCache | None, memory_tokens: int, memory_weight: float,
                        progress: Progress = False) -> ExtractiveWorker:
     """The extractive worker for these texts: sentences scored by similarity to the query and
-    their words' match with it (``LEXICAL_WEIGHT``), or without a query by similarity to the
+    their words' match with it (``query_scores``), or without a query by similarity to the
     centroid of all sentences; licence and copyright lines only for a query that asks about them."""
     boilerplate = query is not None and bool(ASKS_ABOUT_BOILERPLATE.search(query))
     sentences = Sentences.of(texts, embedder, cache, progress=progress, boilerplate=boilerplate)
@@ -228,5 +227,5 @@ def _extractive_worker(texts: list[str], provenance: list[Chunk | None], query: 
         scores = sentences.vectors @ normalised(sentences.vectors.mean(axis=0))
     else:
         target = embed_texts([query], embedder, cache, prompt="query")[0][0]
-        scores = sentences.vectors @ target + LEXICAL_WEIGHT * lexical_scores(sentences, texts, query)
+        scores = query_scores(sentences, texts, query, target)
     return ExtractiveWorker(sentences, scores, memory_tokens, texts, provenance, memory_weight)
