@@ -4,7 +4,8 @@ What is read, by name and by content:
 
 - ``.md``/``.markdown`` (Markdown headings), ``.rst``/``.rst.txt`` (reStructuredText headings),
   ``.pdf`` (pypdf; without running heads, feet and page numbers, and words broken at a line's end
-  whole), ``.html``/``.htm`` (the page's main content, as Markdown, by trafilatura),
+  whole), ``.html``/``.htm`` (the page's main content, as Markdown, by trafilatura), ``.ipynb``
+  (a Jupyter notebook's cells as Markdown, code fenced, outputs left out),
   ``.jsonl`` (one document per line: ``text``, optional ``id``, any other keys kept as metadata);
 - man pages (roff: a ``.TH`` or ``.Dd`` request at the top), as text with their section headings;
 - any other file whose content is UTF-8 text (or UTF-16/32 with a byte-order mark), whatever its
@@ -56,7 +57,7 @@ from chunktree.engine import roff
 log = logging.getLogger(__name__)
 
 NAMED_TYPES = {".md": "markdown", ".markdown": "markdown", ".rst": "rst", ".pdf": "pdf", ".html": "html",
-               ".htm": "html", ".jsonl": "jsonl"}
+               ".htm": "html", ".jsonl": "jsonl", ".ipynb": "notebook"}
 # Compression by suffix, and by the magic bytes at the start of the file.
 COMPRESSIONS: dict[str, tuple[re.Pattern[bytes], Callable[[IO[bytes]], Any]]] = {
     ".gz": (re.compile(b"\x1f\x8b\x08"), lambda f: gzip.GzipFile(fileobj=f)),
@@ -68,7 +69,7 @@ MAX_BYTES = 512 << 20  # bytes of text in all the inputs together, by default (`
 SNIFF_BYTES = 8192  # the prefix that decides whether a file is binary
 NAMED_SKIPS = 50  # files skipped in a folder that the warning names; the rest are logged at INFO
 SAMPLE_SOURCE = "sample:moby-dick"
-READS = ("text (any name: .txt, README, source code), .md, .rst, .html, .pdf, .jsonl, man pages; "
+READS = ("text (any name: .txt, README, source code), .md, .rst, .html, .pdf, .ipynb, .jsonl, man pages; "
          "each also .gz/.bz2/.xz")
 
 
@@ -321,6 +322,8 @@ def _read(path: Path, left: int, budget: int, in_folder: bool, assets: bool = Fa
         return _read_jsonl(source, text.splitlines()), len(data)
     if kind == "html":
         return [_read_html(path, text)], len(data)
+    if kind == "notebook":
+        return [_text_document(source, _read_notebook(path, text), "markdown")], len(data)
     if kind == "text" and roff.looks_like_roff(text):
         page, headings = roff.to_text(text)
         if not visible(page):
@@ -634,6 +637,46 @@ def _read_jsonl(source: str, lines: list[str]) -> list[Document]:
     if not docs:
         raise DocumentError(f"{source}: holds no JSON lines")
     return docs
+
+
+def _read_notebook(path: Path, text: str) -> str:
+    """A Jupyter notebook's cells as Markdown, in order: Markdown and raw cells as they are, code
+    cells in fenced blocks of the notebook's language; outputs left out. nbformat 4 (``cells``)
+    and 3 (``worksheets``, ``input``, heading cells)."""
+    try:
+        notebook = json_loads(text)
+    except ValueError as exc:
+        raise DocumentError(f"{path}: not a readable Jupyter notebook (invalid JSON: {exc})") from None
+    if not isinstance(notebook, dict):
+        raise DocumentError(f"{path}: not a Jupyter notebook (a JSON {type(notebook).__name__}, not an object)")
+    cells = notebook.get("cells")
+    if cells is None and isinstance(notebook.get("worksheets"), list):
+        cells = [c for sheet in notebook["worksheets"] if isinstance(sheet, dict) for c in sheet.get("cells") or []]
+    if not isinstance(cells, list):
+        raise DocumentError(f"{path}: not a Jupyter notebook (no list of 'cells' or 'worksheets')")
+    meta = notebook.get("metadata")
+    info = (meta.get("language_info") or meta.get("kernelspec") or {}) if isinstance(meta, dict) else {}
+    language = str(info.get("name") or info.get("language") or "") if isinstance(info, dict) else ""
+    parts = []
+    for n, cell in enumerate(cells):
+        if not isinstance(cell, dict):
+            raise DocumentError(f"{path}: cell {n} is not a JSON object")
+        body = cell.get("source", cell.get("input", ""))
+        if isinstance(body, list) and all(isinstance(line, str) for line in body):
+            # lines as ``splitlines(True)`` keeps them, or (nbformat 2) without their ends
+            body = ("" if body and body[0].endswith(("\n", "\r")) else "\n").join(body)
+        if not isinstance(body, str):
+            raise DocumentError(f"{path}: cell {n}'s source is not text")
+        if not body.strip():
+            continue
+        kind = cell.get("cell_type")
+        if kind == "code":
+            parts.append(f"```{cell.get('language') or language}\n{body.rstrip()}\n```")
+        elif kind == "heading":  # nbformat 3
+            parts.append("#" * min(6, max(1, int(cell.get("level") or 1))) + " " + body.strip())
+        else:
+            parts.append(body.strip())
+    return "\n\n".join(parts) + "\n" if parts else ""
 
 
 def _read_pdf(path: Path, data: bytes) -> Document:

@@ -278,3 +278,41 @@ def test_sphinx_page_reads_without_permalink_signs_or_escapes(tmp_path):
     assert "¶" not in doc.text
     assert "do_execute_no_params()" in doc.text and "\\_" not in doc.text
     assert "do_ping() on a pooled connection before it hands it out, when pre_ping is set" in doc.text
+
+
+def test_jupyter_notebooks_read_as_their_cells(tmp_path):
+    """Notebooks as Jupyter writes them (nbformat 4 and 3): Markdown cells as they are, code in
+    fenced blocks of the notebook's language, headings found; outputs (a printed line, a PNG) left
+    out. In a folder a notebook is read, not skipped as data; one that is not JSON is an error
+    naming it."""
+    nbformat = pytest.importorskip("nbformat")
+    v4, v3 = nbformat.v4, nbformat.v3
+    png = {"image/png": "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk" * 20}
+    notebook = v4.new_notebook(metadata={"language_info": {"name": "python"}}, cells=[
+        v4.new_markdown_cell("# Cleaning the survey data\n\nRows without an age are dropped before the model "
+                             "sees them."),
+        v4.new_code_cell("df = df.dropna(subset=['age'])\nprint(len(df))", outputs=[
+            v4.new_output("stream", name="stdout", text="1822 rows kept\n"),
+            v4.new_output("display_data", data=png)]),
+        v4.new_raw_cell("Raw text for the exporter."),
+        v4.new_markdown_cell("## Ages\n\nThe ages run from 18 to 97."),
+    ])
+    folder = tmp_path / "analysis"
+    folder.mkdir()
+    (folder / "survey.ipynb").write_text(nbformat.writes(notebook), encoding="utf-8")
+    old = v3.new_notebook(worksheets=[v3.new_worksheet(cells=[
+        v3.new_heading_cell("Loading the data", level=2),
+        v3.new_code_cell(input="import pandas as pd\ndf = pd.read_csv('survey.csv')", language="python"),
+        v3.new_text_cell("markdown", source="The file holds one row per answer."),
+    ])])
+    (folder / "load.ipynb").write_text(v3.writes_json(old), encoding="utf-8")
+    load, survey = read_paths([folder])
+    assert survey.text == ("# Cleaning the survey data\n\nRows without an age are dropped before the model sees them."
+                           "\n\n```python\ndf = df.dropna(subset=['age'])\nprint(len(df))\n```\n\nRaw text for the "
+                           "exporter.\n\n## Ages\n\nThe ages run from 18 to 97.\n")
+    assert [h for _, h in survey.headings] == ["Cleaning the survey data", "Ages"]
+    assert load.text == ("## Loading the data\n\n```python\nimport pandas as pd\ndf = pd.read_csv('survey.csv')\n```"
+                         "\n\nThe file holds one row per answer.\n")
+    (tmp_path / "broken.ipynb").write_text('{"cells": [', encoding="utf-8")
+    with pytest.raises(DocumentError, match=r"broken\.ipynb: not a readable Jupyter notebook \(invalid JSON"):
+        read_file(tmp_path / "broken.ipynb")
