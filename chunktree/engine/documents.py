@@ -22,8 +22,8 @@ Text that is not UTF-8 is read with the charset ``charset_normalizer`` detects, 
 warning; a few bad bytes in UTF-8 text are replaced with U+FFFD and counted in one.
 In a folder, a file that is not text (binary, no charset fits, empty, a link loop) is skipped and
 named with the reason in one warning; named on its own, it is an error. So is a text file without
-prose (``_asset``: SVG and other XML-like images, minified, generated or data files, base64 blobs,
-lock files), unless an include glob chose it; named on its own, it is read. Every other problem, such as a bad
+prose (``_asset``: SVG and other XML-like images, JSON data, minified, generated or data files,
+base64 blobs, lock files), unless an include glob chose it; named on its own, it is read. Every other problem, such as a bad
 JSONL line or an unreadable PDF, raises ``DocumentError`` naming the file.
 
 Memory is bounded: one file is read at a time (``iter_documents``), no file decompresses past
@@ -344,6 +344,7 @@ LOCK_FILES = frozenset({"package-lock.json", "npm-shrinkwrap.json", "yarn.lock",
 _WORD = re.compile(r"[(\"'\[“‘]*[^\W\d_]+(?:['’-][^\W\d_]+)*[.,;:!?)\"'\]”’]*")
 _TAG = re.compile(r"<(?!!--)[^<>]{0,4096}>")  # a tag; a comment's text counts as text
 _ENCODED = re.compile(r"[A-Za-z0-9+/]{40,}={0,2}")
+_JSON_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
 SAMPLE_CHARS = 1 << 16  # the prefix of a file that ``_asset`` judges
 
 
@@ -360,7 +361,9 @@ _RST_DIRECTIVE = re.compile(r"\.\. |[ \t]+:[\w-]+:|\s*$")
 
 def _asset(name: str, text: str) -> str | None:
     """Why a text file is an asset rather than prose, or None: a lock file (by its name); markup
-    with almost no words outside its tags (SVG and other XML-like images); encoded data (base64);
+    with almost no words outside its tags (SVG and other XML-like images); JSON data whose strings
+    hold few sentences (of four words or more: a schema's descriptions are prose, a dashboard's or a
+    package manifest's keys and values are not); encoded data (base64);
     minified, generated or data text (lines of hundreds of characters, under half of them words); a
     reStructuredText file of directives alone (a stub such as ``.. cmake-module:: ../Modules/X.cmake``,
     whose text lives in another file). Judged on the first ``SAMPLE_CHARS`` characters."""
@@ -375,6 +378,10 @@ def _asset(name: str, text: str) -> str | None:
         words = sum(len(t) for t in outside.split() if _WORD.fullmatch(t))
         if words < 0.1 * solid:
             return f"markup without prose (an SVG or XML image or data: {words / solid:.0%} of it is words outside tags)"
+    if name.endswith(".json") and head.lstrip()[:1] in ("{", "["):
+        prose = sum(len(m) - m.count(" ") for m in _JSON_STRING.findall(head) if len(m.split()) >= 4)
+        if prose < 0.2 * solid:
+            return f"JSON data without prose ({prose / solid:.0%} of it is sentences in its strings)"
     encoded = sum(len(m) for m in _ENCODED.findall(head) if _base64(m))
     if encoded > 0.5 * solid:
         return f"encoded data ({encoded / solid:.0%} of it is base64-like runs)"

@@ -1,5 +1,5 @@
 """Prose, not assets, and text in any charset: what a folder of real documentation holds besides
-its prose (SVG images, minified scripts, lock files, encoded blobs) is skipped and named; text that
+its prose (SVG images, minified scripts, lock files, JSON data, encoded blobs) is skipped and named; text that
 is not UTF-8 is read in the charset it is in."""
 
 import base64
@@ -21,6 +21,13 @@ MINIFIED = "".join(f"function a{i}(b,c){{return b?c[{i}]:void 0}}var x{i}=a{i}(1
 LOCK = json.dumps({"name": "docs", "lockfileVersion": 3, "packages": {
     f"node_modules/pkg{i}": {"version": "1.0.0", "resolved": f"https://registry.npmjs.org/pkg{i}/-/pkg{i}-1.0.0.tgz",
                              "integrity": "sha512-abc"} for i in range(50)}}, indent=2)
+DASHBOARD = json.dumps({"title": "Requests", "panels": [
+    {"id": i, "type": "graph", "gridPos": {"h": 8, "w": 12, "x": 12 * (i % 2), "y": 8 * i},
+     "targets": [{"expr": f"rate(http_requests_total{{code=\"{c}\"}}[5m])", "refId": "A"}]}
+    for i, c in enumerate([200, 404, 500] * 10)]}, indent=2)
+SCHEMA = json.dumps({"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "Logbook entry",
+                     "properties": {name: {"type": "string", "description": PROSE[:200] + f" This is the {name}."}
+                                    for name in ("wind", "sea", "sighting")}}, indent=2)
 DOCBOOK = ("<?xml version='1.0'?>\n<chapter><title>Logs</title>\n<para>" + PROSE + "</para>\n<para>" + PROSE
            + "</para></chapter>\n")
 COMMENTED_MD = "<!--\n  Licensed to you under the Apache License, Version 2.0.\n-->\n# Logs\n\n" + PROSE
@@ -37,15 +44,18 @@ def folder(tmp_path):
     (docs / "_static" / "font.txt").write_text(base64.encodebytes(random.Random(0).randbytes(30000)).decode(),
                                                 encoding="utf-8")
     (docs / "package-lock.json").write_text(LOCK, encoding="utf-8")
+    (docs / "_static" / "dashboard.json").write_text(DASHBOARD, encoding="utf-8")
+    (docs / "entry.schema.json").write_text(SCHEMA, encoding="utf-8")
     return docs
 
 
 def test_a_folder_reads_its_prose_and_names_each_asset_it_skips(folder, caplog):
     with caplog.at_level(logging.WARNING):
         docs = read_paths([folder])
-    assert sorted(d.source.rsplit("/", 1)[-1] for d in docs) == ["chapter.xml", "guide.md"]
+    assert sorted(d.source.rsplit("/", 1)[-1] for d in docs) == ["chapter.xml", "entry.schema.json", "guide.md"]
     warning = caplog.text
-    assert "skipped 4 file(s) that are not text documents or hold no prose" in warning
+    assert "skipped 5 file(s) that are not text documents or hold no prose" in warning
+    assert "dashboard.json: JSON data without prose (0% of it is sentences in its strings)" in warning
     assert "logo.svg: markup without prose (an SVG or XML image or data: 0% of it is words outside tags)" in warning
     assert "app.js: long lines with little prose, as minified, generated or data files have" in warning
     assert "font.txt: encoded data" in warning and "package-lock.json: a lock file" in warning

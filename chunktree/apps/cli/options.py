@@ -47,8 +47,8 @@ def add_corpus_args(p: argparse.ArgumentParser, model_flag: str = "--model") -> 
     p.add_argument("paths", nargs="*", metavar="PATH",
                    help=f"files or folders (searched recursively). Reads {READS}; text that is not UTF-8 with "
                         "the charset detected, said in a warning. In a folder, files that are not text (binary, "
-                        "empty) or hold no prose (SVG images, minified or lock files) are skipped and named in a "
-                        "warning")
+                        "empty) or hold no prose (SVG images, JSON data, minified or lock files) are skipped and "
+                        "named in a warning")
     p.add_argument("--include", action="append", default=[], metavar="GLOB",
                    help="read only the files in folders whose name or path inside the folder matches GLOB "
                         "(repeatable; '*' also crosses '/'), e.g. --include '*.md' --include 'docs/*'")
