@@ -53,6 +53,7 @@ from typing import IO, Any
 
 from chunktree.checks import InvalidValueError, MissingExtraError, integer, json_loads, unicode, visible
 from chunktree.engine import roff
+from chunktree.engine.markup import shown
 
 log = logging.getLogger(__name__)
 
@@ -564,7 +565,8 @@ _FENCE = re.compile(r"^ {0,3}(```|~~~)")
 
 
 def _markdown_headings(text: str) -> tuple[tuple[int, str], ...]:
-    """ATX headings (``# Title``) outside fenced code blocks, with their character offsets."""
+    """ATX headings (``# Title``) outside fenced code blocks, with their character offsets; links
+    and roles in a title read as their text (``markup.shown``)."""
     headings = []
     offset = 0
     in_fence = False
@@ -573,7 +575,7 @@ def _markdown_headings(text: str) -> tuple[tuple[int, str], ...]:
             in_fence = not in_fence
         elif not in_fence:
             m = _ATX_HEADING.match(line.rstrip("\r\n"))
-            title = m.group(2).rstrip(" \t#").strip() if m else ""
+            title = shown(m.group(2).rstrip(" \t#")).strip() if m else ""
             if title:
                 headings.append((offset, title))
         offset += len(line)
@@ -593,7 +595,8 @@ def _rst_adornment(line: str) -> bool:
 
 def _rst_headings(text: str) -> tuple[tuple[int, str], ...]:
     """reStructuredText section titles (a line underlined, or over- and underlined, with one repeated
-    punctuation character), with the offsets of their title lines."""
+    punctuation character), with the offsets of their title lines; links and roles in a title read
+    as their text (``markup.shown``)."""
     lines = text.splitlines(keepends=True)
     offsets = [0]
     for line in lines:
@@ -603,8 +606,8 @@ def _rst_headings(text: str) -> tuple[tuple[int, str], ...]:
         title = lines[i - 1].strip()
         under = lines[i].rstrip()
         if (title and not _rst_adornment(title) and _rst_adornment(under)
-                and len(under) >= len(title) and not lines[i - 1][:1].isspace()):
-            headings.append((offsets[i - 1], title))
+                and len(under) >= len(title) and not lines[i - 1][:1].isspace() and shown(title).strip()):
+            headings.append((offsets[i - 1], shown(title).strip()))
     return tuple(headings)
 
 

@@ -316,3 +316,16 @@ def test_jupyter_notebooks_read_as_their_cells(tmp_path):
     (tmp_path / "broken.ipynb").write_text('{"cells": [', encoding="utf-8")
     with pytest.raises(DocumentError, match=r"broken\.ipynb: not a readable Jupyter notebook \(invalid JSON"):
         read_file(tmp_path / "broken.ipynb")
+
+
+def test_links_and_roles_in_headings_read_as_their_text(tmp_path):
+    """A changelog's Markdown heading that links its release, a reStructuredText title with a role:
+    the chunk headings are what the rendered page shows; the text stays as written."""
+    (tmp_path / "CHANGELOG.md").write_text("# Changes\n\n## [22.2.0](https://example.org/tree/22.2.0) - 2022-12-21\n\n"
+                                           "Added {func}`attrs.define`.\n", encoding="utf-8")
+    (tmp_path / "frob.rst").write_text(":mod:`frob` --- Frobbing widgets\n================================\n\n"
+                                       "See `the guide <https://example.org>`_.\n", encoding="utf-8")
+    changelog, frob = read_paths([tmp_path])
+    assert [h for _, h in changelog.headings] == ["Changes", "22.2.0 - 2022-12-21"]
+    assert [h for _, h in frob.headings] == ["`frob` --- Frobbing widgets"]
+    assert "## [22.2.0](https://example.org/tree/22.2.0)" in changelog.text and frob.text.startswith(":mod:`frob`")

@@ -39,6 +39,7 @@ from chunktree.engine.cache import EmbeddingCache
 from chunktree.engine.chunking import Chunk
 from chunktree.engine.embedding import embed_texts
 from chunktree.engine.lexical import LexicalIndex, lexical_tokens
+from chunktree.engine.markup import shown
 from chunktree.engine.read.memory import Step
 from chunktree.progress import Progress
 
@@ -83,40 +84,6 @@ def split_sentences(text: str) -> list[tuple[int, int]]:
         if end > start:
             spans.append((start, end))
     return spans
-
-
-# Link and role markup, shown as the rendered page shows it: a reStructuredText role
-# (":meth:`.Session.delete`", ":ref:`Pooling <pooling>`", ":py:class:`~a.b.Engine`") and link
-# ("`the guide <https://...>`_", "`the guide`_"), a Markdown link or image ("[the guide](guide.md)",
-# "[the guide][1]", "![a chart](c.png)"); a code span ("`x[1](2)`") is left as written.
-_MARKUP = re.compile(r"(?<![\w`:]):(?:[\w+-]+:)?(?P<role>[\w+-]+):`(?P<body>[^`]{1,300})`"
-                     r"|`(?P<link>[^`<]{1,300}?)(?:\s*<[^<>`]{0,300}>)?`__?(?!\w)"
-                     r"|(?P<code>(?s:``.{1,300}?``)|`[^`]{1,300}`)"
-                     r"|!?\[(?P<text>[^\[\]]{0,300})\](?:\(\s*[^()\s]*(?:\s+\"[^\"]*\")?\)|\[[^\[\]\n]*\])")
-_TEXT_ROLES = frozenset("ref doc term abbr dfn guilabel menuselection numref".split())
-
-
-def _shown(m: re.Match[str]) -> str:
-    """A role as Sphinx shows it (its title, or its target without a leading "." or "!"; "~"
-    keeps the last part of a dotted name; a name of code in backticks, PEP and RFC numbers so), a
-    link as its text, a code span as it is."""
-    if m.group("code") is not None:
-        return m.group("code")
-    if m.group("role") is None:
-        return m.group("link") if m.group("link") is not None else m.group("text")
-    role, body = m.group("role"), m.group("body")
-    titled = re.fullmatch(r"(.+?)\s*<[^<>]*>", body, re.S)
-    text = titled.group(1) if titled else body.lstrip(".!")
-    if text.startswith("~"):
-        text = text[1:].rsplit(".", 1)[-1]
-    if role in ("pep", "rfc"):
-        return f"{role.upper()} {text}"
-    return text if role in _TEXT_ROLES or titled else f"`{text}`"
-
-
-def shown(text: str) -> str:
-    """``text`` with its link and role markup as a rendered page shows it (``_MARKUP``)."""
-    return _MARKUP.sub(_shown, text)
 
 
 # What a quotable sentence is not: a heading's underline or a rule (a run of one punctuation mark),
