@@ -60,6 +60,8 @@ LEXICAL_WEIGHT = 0.3
 # line, a heading, a quote or a list item is left as it is.
 _WRAPPED = re.compile(r"(?<!\n)\n(?![\n#>*+\-]|\d+[.)]\s)")
 _NOT_AN_END = re.compile(r"(?<=[\s/~`'\"(\[])\.(?=\w)|(?<=\s)\.(?=\s+[a-z])|!(?=\[)")
+_DIRECTIVE = re.compile(r"^[ \t]*\.\. [\w:-]+::[^\n]*", re.M)  # a reStructuredText directive's line
+_PUNCTUATION, _CLOSERS = frozenset(".!?:;"), frozenset("*_`'\"”’)]»")  # an end mark, markup that closes
 
 
 def split_sentences(text: str) -> list[tuple[int, int]]:
@@ -67,19 +69,27 @@ def split_sentences(text: str) -> list[tuple[int, int]]:
 
     pysbd ends a sentence at every line break, so hard-wrapped lines are joined first (each such
     break read as a space: the offsets stay those of ``text``), and at a dot that starts a word
-    (a file's extension) or an image's "!", which it is not shown."""
+    (a file's extension) or an image's "!", which it is not shown. A reStructuredText directive's
+    line (``.. warning::``) is no part of a sentence, and a sentence keeps the markup that closes
+    right after its end (``**Do not run it in production.**``)."""
     import pysbd
 
-    spans = []
+    spans: list[tuple[int, int]] = []
     # A dot that starts a word (".gz", "`.bashrc`", "the . builtin", ":attr:`.Pool`") and the "!" of
     # a Markdown image ("![a chart](c.png)") are not a sentence's end; they are hidden from pysbd
-    # behind a one-character stand-in, so the offsets stay those of ``text``.
+    # behind a one-character stand-in, and a directive's line behind spaces, so the offsets stay
+    # those of ``text``.
     joined = _NOT_AN_END.sub("\u2024", _WRAPPED.sub(" ", text))
+    for m in _DIRECTIVE.finditer(text):
+        joined = joined[:m.start()] + " " * (m.end() - m.start()) + joined[m.end():]
     for s in pysbd.Segmenter(language="en", clean=False, char_span=True).segment(joined):
-        start, end = s.start, s.end
-        while start < end and text[start].isspace():
+        start, end = max(s.start, spans[-1][1] if spans else 0), s.end
+        if text[end - 1:end] in _PUNCTUATION or text[end - 1:end] in _CLOSERS:
+            while end < len(text) and text[end] in _CLOSERS:
+                end += 1
+        while start < end and joined[start].isspace():
             start += 1
-        while end > start and text[end - 1].isspace():
+        while end > start and joined[end - 1].isspace():
             end -= 1
         if end > start:
             spans.append((start, end))

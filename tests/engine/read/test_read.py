@@ -313,3 +313,15 @@ def test_a_word_the_question_names_finds_its_sentence_among_sentences_on_the_sam
     lexical = lexical_scores(sentences, [page], "What is the pre-ping of a pool?")
     assert lexical.max() == 1.0 and lexical.min() >= 0.0
     assert lexical_scores(sentences, [page], "Which whales did Ahab hunt?").tolist() == [0.0] * len(lexical)
+
+
+def test_a_directive_line_is_no_part_of_a_sentence_and_closing_markup_stays_with_its_sentence():
+    """reStructuredText's ``.. warning::`` line does not start the sentence under it, and the
+    ``**`` or ``*`` that closes right after a sentence's end belongs to that sentence, not the next."""
+    from chunktree.engine.read.extractive import split_sentences
+
+    text = (".. warning::\n    **Do not reveal the secret key when you commit code.**\n\nA key should be *as random "
+            "as possible.* Then use \"it.\" Done.")
+    assert [text[a:b] for a, b in split_sentences(text)] == [
+        "**Do not reveal the secret key when you commit code.**", "A key should be *as random as possible.*",
+        "Then use \"it.\"", "Done."]
