@@ -37,7 +37,7 @@ from chunktree import EmbeddingCache
 from chunktree.engine.chunking import chunk_documents
 from chunktree.engine.documents import read_file
 from chunktree.engine.inputs import default_embedder
-from chunktree.engine.read import read, reader
+from chunktree.engine.read import extractive, read
 from chunktree.engine.read.extractive import LEXICAL_WEIGHT
 
 SHARED = Path(os.environ.get("CHUNKTREE_SHARED_DATA", Path(__file__).resolve().parents[2] / "shared" / "data"))
@@ -171,7 +171,7 @@ def main() -> None:
     t0 = time.perf_counter()
     lines, results = [], {}
     for weight, reading in ((LEXICAL_WEIGHT, "default"), (0.0, "similarity alone")):
-        reader.LEXICAL_WEIGHT = weight  # the reference: the same reader without the words' match
+        extractive.LEXICAL_WEIGHT = weight  # the reference: the same reader without the words' match
         for name, run in (("man pages", lambda: man_pages(embedder, cache)),
                           ("squad-shifts", lambda: squad(embedder, cache, args.limit)),
                           ("hotpotqa", lambda: hotpot(embedder, cache))):
