@@ -58,7 +58,7 @@ LEXICAL_WEIGHT = 0.3
 
 # A line break inside a paragraph (hard-wrapped text): not a sentence end. A break before a blank
 # line, a heading, a quote or a list item is left as it is.
-_WRAPPED = re.compile(r"(?<!\n)\n(?![\n#>*+\-]|\d+[.)]\s)")
+_WRAPPED = re.compile(r"(?<!\n)\n(?![\n#>]|[*+\-•]\s|\d+[.)]\s)")
 _NOT_AN_END = re.compile(r"(?<=[\s/~`'\"(\[])\.(?=\w)|(?<=\s)\.(?=\s+[a-z])|!(?=\[)")
 _DIRECTIVE = re.compile(r"^[ \t]*\.\. [\w:-]+::[^\n]*", re.M)  # a reStructuredText directive's line
 _PUNCTUATION, _CLOSERS = frozenset(".!?:;"), frozenset("*_`'\"”’)]»")  # an end mark, markup that closes

@@ -325,3 +325,15 @@ def test_a_directive_line_is_no_part_of_a_sentence_and_closing_markup_stays_with
     assert [text[a:b] for a, b in split_sentences(text)] == [
         "**Do not reveal the secret key when you commit code.**", "A key should be *as random as possible.*",
         "Then use \"it.\"", "Done."]
+
+
+def test_a_wrapped_line_that_starts_with_an_option_goes_on_the_sentence():
+    """Hard-wrapped text whose next line starts with "-d" (not a list item: no space after the
+    dash) is one sentence; "- item" and "• item" lines are items."""
+    from chunktree.engine.read.extractive import split_sentences
+
+    text = ("Compressed files are restored using ‘gzip\n-d’ or ‘gunzip’.  A name that does not fit is made legal.\n"
+            "- an item\n• another item")
+    assert [text[a:b] for a, b in split_sentences(text)] == [
+        "Compressed files are restored using ‘gzip\n-d’ or ‘gunzip’.", "A name that does not fit is made legal.",
+        "- an item", "• another item"]
