@@ -8,6 +8,8 @@ What is read, by name and by content:
   (a Jupyter notebook's cells as Markdown, code fenced, outputs left out),
   ``.jsonl`` (one document per line: ``text``, optional ``id``, any other keys kept as metadata);
 - man pages (roff: a ``.TH`` or ``.Dd`` request at the top), as text with their section headings;
+- GNU Info manuals (what makeinfo writes: nodes split by 0x1f under "File: ..., Node: ..." lines),
+  as the nodes' text with their titles as headings, without the node lines, menus and tables;
 - any other file whose content is UTF-8 text (or UTF-16/32 with a byte-order mark), whatever its
   name: ``.txt``, ``README``, ``NEWS``, ``copyright``, source code;
 - any of these compressed with gzip, bzip2 or xz (``NEWS.gz``, ``ls.1.gz``, ``notes.md.xz``): the
@@ -70,8 +72,8 @@ MAX_BYTES = 512 << 20  # bytes of text in all the inputs together, by default (`
 SNIFF_BYTES = 8192  # the prefix that decides whether a file is binary
 NAMED_SKIPS = 50  # files skipped in a folder that the warning names; the rest are logged at INFO
 SAMPLE_SOURCE = "sample:moby-dick"
-READS = ("text (any name: .txt, README, source code), .md, .rst, .html, .pdf, .ipynb, .jsonl, man pages; "
-         "each also .gz/.bz2/.xz")
+READS = ("text (any name: .txt, README, source code), .md, .rst, .html, .pdf, .ipynb, .jsonl, man pages, Info "
+         "manuals; each also .gz/.bz2/.xz")
 
 
 class DocumentError(InvalidValueError):
@@ -325,6 +327,11 @@ def _read(path: Path, left: int, budget: int, in_folder: bool, assets: bool = Fa
         return [_read_html(path, text)], len(data)
     if kind == "notebook":
         return [_text_document(source, _read_notebook(path, text), "markdown")], len(data)
+    if kind == "text" and _INFO_NODE.search(text):
+        info = _info_text(text)
+        if not visible(info):
+            raise NotText(f"{path}: Info file without text (only menus and tables of its nodes)")
+        return [_text_document(source, info, "text", headings=_rst_headings(info))], len(data)
     if kind == "text" and roff.looks_like_roff(text):
         page, headings = roff.to_text(text)
         if not visible(page):
@@ -468,14 +475,15 @@ _MAGIC = tuple((re.compile(pattern, re.DOTALL), kind) for pattern, kind in (
 
 
 def _check_text(path: Path, data: bytes) -> None:
-    """``NotText`` for data that is binary: NUL bytes (without a UTF-16/32 mark), or over 10%
-    control characters in its first ``SNIFF_BYTES``."""
+    """``NotText`` for data that is binary: NUL bytes (without a UTF-16/32 mark; the markers of a
+    GNU Info file's index and images aside), or over 10% control characters in its first
+    ``SNIFF_BYTES``."""
     if any(data.startswith(bom) for bom, _ in _BOMS):
         return
     for magic, kind in _MAGIC:
         if magic.match(data):
             raise NotText(f"{path}: binary ({kind})")
-    if b"\x00" in data:
+    if b"\x00" in data and b"\x00" in _INFO_SPECIAL.sub(b"", data):
         raise NotText(f"{path}: binary (contains NUL bytes)")
     head = data[:SNIFF_BYTES]
     if len(head.translate(None, _CONTROL)) < 0.9 * len(head):
@@ -686,6 +694,39 @@ def _read_notebook(path: Path, text: str) -> str:
             parts.append("#" * min(6, max(1, int(cell.get("level") or 1))) + " " + body.strip())
         else:
             parts.append(body.strip())
+    return "\n\n".join(parts) + "\n" if parts else ""
+
+
+# GNU Info (what makeinfo writes: coreutils.info.gz): nodes split by a 0x1f byte, each under a
+# "File: ..., Node: ..., Next: ..." line; the tables that index them; the dir-entry lines that
+# install it; a node's menu, at its end.
+_INFO_HEADER = re.compile(r"File: [^,\t\n]*[,\t]\s*Node: ")
+_INFO_NODE = re.compile(r"\x1f\r?\n(?:File: [^,\t\n]*[,\t]\s*Node: |Indirect:|Tag Table:)")
+_INFO_TABLES = ("Tag Table:", "Indirect:", "Local Variables:", "End Tag Table")
+_INFO_PREAMBLE = re.compile(r"^This is .*, produced by (?:makeinfo|texi2any).*\n(?:.+\n)*|"
+                            r"^(?:INFO-DIR-SECTION .*\n)?START-INFO-DIR-ENTRY\n(?:.*\n)*?END-INFO-DIR-ENTRY\n?", re.M)
+_INFO_MENU = re.compile(r"^\* Menu:", re.M)
+# What Info writes around an index node's marker or an image: "\0\b[index\0\b]", "\0\b[image src=...\0\b]"
+_INFO_SPECIAL = re.compile(rb"\x00\x08\[[^\x00]{0,4096}\x00\x08\]")
+
+
+def _info_text(text: str) -> str:
+    """An Info file's text as ``info`` shows its nodes, one after another: without the node lines
+    ("File: bc.info,  Node: Top,  Next: ..."), the tables of nodes, the dir entries, the
+    "produced by makeinfo" lines and the menus; titles keep their underlines (``*``, ``=``, ``-``,
+    ``.``), which make them headings."""
+    parts = []
+    text = re.sub("\x00\x08\\[[^\x00]{0,4096}\x00\x08\\]", "", text)
+    for node in text.replace("\r\n", "\n").split("\x1f"):
+        body = node.strip("\n")
+        first, _, rest = body.partition("\n")
+        if first.startswith(_INFO_TABLES):
+            continue
+        body = rest if _INFO_HEADER.match(first) else _INFO_PREAMBLE.sub("", body + "\n")
+        menu = _INFO_MENU.search(body)
+        body = (body[:menu.start()] if menu else body).strip("\n")
+        if body.strip():
+            parts.append(body)
     return "\n\n".join(parts) + "\n" if parts else ""
 
 

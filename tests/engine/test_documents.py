@@ -1,7 +1,9 @@
 """Reading files into documents: every supported type, and a clear error for every bad input."""
 
+import gzip
 import json
 import logging
+import re
 
 import pytest
 
@@ -329,3 +331,49 @@ def test_links_and_roles_in_headings_read_as_their_text(tmp_path):
     assert [h for _, h in changelog.headings] == ["Changes", "22.2.0 - 2022-12-21"]
     assert [h for _, h in frob.headings] == ["`frob` --- Frobbing widgets"]
     assert "## [22.2.0](https://example.org/tree/22.2.0)" in changelog.text and frob.text.startswith(":mod:`frob`")
+
+
+# An Info file as makeinfo 6 writes one: a preamble with its dir entry, nodes split by 0x1f under a
+# "File: ..., Node: ..." line, menus, an index node marked with NUL bytes, the tag table.
+INFO = ("This is frob.info, produced by makeinfo version 6.8 from frob.texi.\n\nThis manual is for Frob 2.1, "
+        "the widget frobnicator.\n\nINFO-DIR-SECTION Utilities\nSTART-INFO-DIR-ENTRY\n* frob: (frob).   "
+        "Frobnicate widgets.\nEND-INFO-DIR-ENTRY\n\n\x1f\nFile: frob.info,  Node: Top,  Next: Invoking,  "
+        "Up: (dir)\n\nFrob\n****\n\nFrob turns a widget over until it fits.\n\n* Menu:\n\n* Invoking::\n* Index::"
+        "\n\n\x1f\nFile: frob.info,  Node: Invoking,  Next: Index,  Prev: Top,  Up: Top\n\n1 Invoking frob\n"
+        "***************\n\n'frob' reads the widgets named on its command line.\n\n'-k'\n'--keep'\n     Keep the "
+        "input widgets.\n\n\x1f\nFile: frob.info,  Node: Index,  Prev: Invoking,  Up: Top\n\nIndex\n*****\n\n"
+        "\x00\x08[index\x00\x08]\n* Menu:\n\n* keep:                                  Invoking.             "
+        "(line 9)\n\n\x1f\nTag Table:\nNode: Top\x7f180\nNode: Invoking\x7f400\n\x1f\nEnd Tag Table\n\n\x1f\n"
+        "Local Variables:\ncoding: utf-8\nEnd:\n")
+
+
+def test_an_info_manual_reads_as_info_shows_its_nodes(tmp_path):
+    """A GNU Info file (gzipped, as /usr/share/info holds them) is read, not refused as binary for
+    its index marker's NUL bytes: each node's text under its title, without the node lines, menus,
+    tables, dir entry and makeinfo line; titles with their underlines are the headings."""
+    (tmp_path / "frob.info.gz").write_bytes(gzip.compress(INFO.encode()))
+    (doc,) = read_paths([tmp_path])
+    assert doc.text == ("This manual is for Frob 2.1, the widget frobnicator.\n\nFrob\n****\n\nFrob turns a widget "
+                        "over until it fits.\n\n1 Invoking frob\n***************\n\n'frob' reads the widgets named on "
+                        "its command line.\n\n'-k'\n'--keep'\n     Keep the input widgets.\n\nIndex\n*****\n")
+    assert [h for _, h in doc.headings] == ["Frob", "1 Invoking frob", "Index"]
+    (tmp_path / "other.bin").write_bytes(b"\x00\x08[index\x00\x08] and \x00 a NUL of its own")
+    with pytest.raises(DocumentError, match=r"binary \(contains NUL bytes\)"):
+        read_file(tmp_path / "other.bin")
+
+
+@pytest.mark.real_data
+def test_every_installed_info_manual_reads_without_its_navigation():
+    """Each GNU Info file under /usr/share/info reads as text, with no node line, menu or
+    control byte of the format left in it."""
+    from pathlib import Path
+
+    manuals = sorted(p for p in Path("/usr/share/info").glob("*.info*") if not p.name.endswith(".png"))
+    if not manuals:
+        pytest.skip("no Info manuals installed here")
+    wrong = []
+    for path in manuals:
+        (doc, *_) = read_file(path)
+        if re.search(r"^File: .*Node: |^\* Menu:|[\x00\x08\x1f\x7f]", doc.text, re.M):
+            wrong.append(path.name)
+    assert wrong == []
