@@ -760,10 +760,10 @@ _NUMBER_AT_END = re.compile(r"^(\d{1,5})\b|\b(\d{1,5})$")
 
 def _without_running_lines(pages: list[str]) -> list[str]:
     """``pages`` without their running heads and feet: a first or last line of a page that repeats
-    at the top or foot of at least a fifth of the pages (and 3) with only its numbers changed (a
-    book's title; "Chapter 4: Function reference 9"), or whose number at its start or end is the
-    page's printed number (its index plus the offset that most pages' outermost lines share; at
-    least a fifth of the pages, and 3; once a page). Up to three lines deep (a title above a
+    at the top or foot of other pages with only its numbers changed (``_running``: a book's title,
+    "Chapter 4: Function reference 9"), or whose number at its start or end is the page's printed
+    number (its index plus the offset that most pages' outermost lines share, on at least a fifth
+    of the pages and 3; once a page, a bare number first). Up to three lines deep (a title above a
     chapter's running head). The first page keeps its title."""
     lines = [page.split("\n") for page in pages]
     if len(pages) < 3:
@@ -790,16 +790,25 @@ def _without_running_lines(pages: list[str]) -> list[str]:
         if printed is None:  # the pages' numbering, once found kept
             counts = Counter(offsets.values()).most_common(1)
             printed = counts[0][0] if counts and counts[0][1] >= often else None
-        numbered = {(p, i) for p, i in ends
-                    if printed is not None and offsets.get((p, i)) == printed and p not in numbered_pages}
-        repeated = {(p, i) for p, i in ends if len(pages_of[shape[(p, i)]]) >= often} - numbered
+        numbered: set[tuple[int, int]] = set()
+        for p, i in sorted(ends, key=lambda e: (e[0], lines[e[0]][e[1]].strip() != str(printed + e[0])
+                                                  if printed is not None else 0)):
+            if printed is not None and offsets.get((p, i)) == printed and p not in numbered_pages:
+                numbered.add((p, i))  # once a page: a bare number rather than a heading that starts with one
+                numbered_pages.add(p)
+        repeated = {(p, i) for p, i in ends if _running(pages_of[shape[(p, i)]], often)} - numbered
         found, titled = numbered | {(p, i) for p, i in repeated if p}, {i for p, i in repeated if p == 0}
         if not found and not titled:
             break
         gone |= found
         title |= titled
-        numbered_pages |= {p for p, _ in numbered}
     return ["\n".join(line for i, line in enumerate(page) if (p, i) not in gone) for p, page in enumerate(lines)]
+
+
+def _running(pages: set[int], often: float) -> bool:
+    """Whether a line at the top or foot of ``pages`` runs through the document: on ``often``
+    pages, or on three in a row (a chapter's title over each of its pages)."""
+    return len(pages) >= often or any(p + 1 in pages and p + 2 in pages for p in pages)
 
 
 # A word broken at the end of a line: "declara-" then "tions"; a word, hyphenated or not.
