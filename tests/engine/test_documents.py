@@ -377,3 +377,40 @@ def test_every_installed_info_manual_reads_without_its_navigation():
         if re.search(r"^File: .*Node: |^\* Menu:|[\x00\x08\x1f\x7f]", doc.text, re.M):
             wrong.append(path.name)
     assert wrong == []
+
+
+def test_pdf_chapter_heads_and_a_heading_that_starts_with_the_page_number(tmp_path):
+    """A DocBook-style manual: a title page, then five chapters of four pages, each page after a
+    chapter's first under the chapter's title, every page's printed number at its foot; chapter 1
+    opens on printed page 1 with "1. Setup". The heads and numbers go, the headings stay."""
+    fpdf = pytest.importorskip("fpdf")
+    names = ["Setup", "Usage", "Cleaning", "Repairs", "Storage"]
+    words = "widget bench cable light button tray cloth screw panel fan filter lamp belt gear spring valve".split()
+    body = [f"Page {n} tells how the {words[n % 16]} and the {words[(3 * n + 5) % 16]} are looked after."
+            for n in range(20)]
+
+    class Manual(fpdf.FPDF):
+        def header(self) -> None:
+            n = self.page_no() - 2
+            if n >= 0 and n % 4:
+                self.cell(text=names[n // 4], new_x="LMARGIN", new_y="NEXT")
+
+        def footer(self) -> None:
+            if self.page_no() > 1:
+                self.set_y(-15)
+                self.cell(text=str(self.page_no() - 1))
+
+    pdf = Manual()
+    pdf.set_font("helvetica", size=11)
+    pdf.add_page()
+    pdf.cell(text="The Widget Manual")
+    for n, line in enumerate(body):
+        pdf.add_page()
+        if n % 4 == 0:
+            pdf.cell(text=f"{n // 4 + 1}. {names[n // 4]}", new_x="LMARGIN", new_y="NEXT")
+        pdf.cell(text=line, new_x="LMARGIN", new_y="NEXT")
+    pdf.output(str(tmp_path / "manual.pdf"))
+    (doc,) = read_file(tmp_path / "manual.pdf")
+    pages = [doc.text[a:b].split() for a, b in zip(doc.page_starts, [*doc.page_starts[1:], len(doc.text)])]
+    assert pages == [["The", "Widget", "Manual"]] + [
+        ([f"{n // 4 + 1}.", names[n // 4]] if n % 4 == 0 else []) + line.split() for n, line in enumerate(body)]
