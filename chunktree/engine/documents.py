@@ -11,7 +11,8 @@ What is read, by name and by content:
 - GNU Info manuals (what makeinfo writes: nodes split by 0x1f under "File: ..., Node: ..." lines),
   as the nodes' text with their titles as headings, without the node lines, menus and tables;
 - any other file whose content is UTF-8 text (or UTF-16/32 with a byte-order mark), whatever its
-  name: ``.txt``, ``README``, ``NEWS``, ``copyright``, source code;
+  name: ``.txt``, ``README``, ``NEWS``, ``copyright``, source code; text written for a terminal
+  (a coloured log, nroff's output) without its escape sequences and overstrikes;
 - any of these compressed with gzip, bzip2 or xz (``NEWS.gz``, ``ls.1.gz``, ``notes.md.xz``): the
   name without the compression suffix decides as above.
 
@@ -327,6 +328,8 @@ def _read(path: Path, left: int, budget: int, in_folder: bool, assets: bool = Fa
         return [_read_html(path, text)], len(data)
     if kind == "notebook":
         return [_text_document(source, _read_notebook(path, text), "markdown")], len(data)
+    if kind == "text" and ("\x1b" in text or "\x08" in text):
+        text = _without_terminal_codes(text)
     if kind == "text" and _INFO_NODE.search(text):
         info = _info_text(text)
         if not visible(info):
@@ -695,6 +698,20 @@ def _read_notebook(path: Path, text: str) -> str:
         else:
             parts.append(body.strip())
     return "\n\n".join(parts) + "\n" if parts else ""
+
+
+# What a terminal reads as formatting, in text written for one (nroff's and grotty's output, a
+# coloured log): escape sequences (colours, bold: "\x1b[1m"), and overstrikes, a character typed
+# over another through a backspace (bold "b\bb", underlined "_\bb").
+_ESCAPE_SEQUENCE = re.compile(r"\x1b(?:\[[0-?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
+_UNDERSCORE_OVER = re.compile(r"([^_\x00\x08])\x08_")  # not an Info file's "\0\b[index\0\b]" marker
+_OVERSTRUCK = re.compile(r"[^\x00\x08]\x08(?=[^\x08])")
+
+
+def _without_terminal_codes(text: str) -> str:
+    """``text`` as a terminal shows it: without escape sequences, each overstruck character once."""
+    text = _ESCAPE_SEQUENCE.sub("", text)
+    return _OVERSTRUCK.sub("", _UNDERSCORE_OVER.sub(r"\1", text))
 
 
 # GNU Info (what makeinfo writes: coreutils.info.gz): nodes split by a 0x1f byte, each under a

@@ -414,3 +414,17 @@ def test_pdf_chapter_heads_and_a_heading_that_starts_with_the_page_number(tmp_pa
     pages = [doc.text[a:b].split() for a, b in zip(doc.page_starts, [*doc.page_starts[1:], len(doc.text)])]
     assert pages == [["The", "Widget", "Manual"]] + [
         ([f"{n // 4 + 1}.", names[n // 4]] if n % 4 == 0 else []) + line.split() for n, line in enumerate(body)]
+
+
+def test_text_written_for_a_terminal_reads_as_the_terminal_shows_it(tmp_path):
+    """A coloured build log and nroff's output (bold and underline by overstriking, grotty's
+    escape sequences): the text without the codes."""
+    (tmp_path / "build.log").write_text("\x1b[1m\x1b[32mPASSED\x1b[0m tests/test_io.py::test_read - 0.2 s\n"
+                                        "\x1b]8;;https://example.org\x1b\\docs\x1b]8;;\x1b\\ and \x1b[31;1mFAILED\x1b[m "
+                                        "tests/test_io.py::test_write\n", encoding="utf-8")
+    (tmp_path / "frob.txt").write_text("N\bNA\bAM\bME\bE\n     frob - turn a _\bw_\bi_\bd_\bg_\be_\bt over\n\n"
+                                       "\x1b[1mSYNOPSIS\x1b[0m\n     \x1b[1mfrob\x1b[0m [\x1b[4mfile\x1b[24m]\n",
+                                       encoding="utf-8")
+    log, page = read_paths([tmp_path])
+    assert log.text == ("PASSED tests/test_io.py::test_read - 0.2 s\ndocs and FAILED tests/test_io.py::test_write\n")
+    assert page.text == "NAME\n     frob - turn a widget over\n\nSYNOPSIS\n     frob [file]\n"
