@@ -371,7 +371,8 @@ _RST_DIRECTIVE = re.compile(r"\.\. |[ \t]+:[\w-]+:|\s*$")
 
 
 def _asset(name: str, text: str) -> str | None:
-    """Why a text file is an asset rather than prose, or None: a lock file (by its name); markup
+    """Why a text file is an asset rather than prose, or None: a lock file (by its name);
+    PostScript (``%!PS``: print output, whose words are operands of a program); markup
     with almost no words outside its tags (SVG and other XML-like images); JSON data whose strings
     hold few sentences (of four words or more: a schema's descriptions are prose, a dashboard's or a
     package manifest's keys and values are not); encoded data (base64);
@@ -381,6 +382,8 @@ def _asset(name: str, text: str) -> str | None:
     if name in LOCK_FILES:
         return "a lock file (generated, no prose)"
     head = text[:SAMPLE_CHARS]
+    if head.startswith("%!PS"):
+        return "PostScript, a printer's program rather than its text (ps2pdf makes a PDF of it, which is read)"
     if name.endswith((".rst", ".rst.txt")) and all(_RST_DIRECTIVE.match(line) for line in head.splitlines()):
         return "reStructuredText of directives alone, no prose (a stub whose text another file holds)"
     solid = max(1, len(head) - head.count(" ") - head.count("\n") - head.count("\t"))

@@ -1,6 +1,6 @@
 """Prose, not assets, and text in any charset: what a folder of real documentation holds besides
-its prose (SVG images, minified scripts, lock files, JSON data, encoded blobs) is skipped and named; text that
-is not UTF-8 is read in the charset it is in."""
+its prose (SVG images, minified scripts, lock files, JSON data, PostScript, encoded blobs) is
+skipped and named; text that is not UTF-8 is read in the charset it is in."""
 
 import base64
 import json
@@ -28,6 +28,8 @@ DASHBOARD = json.dumps({"title": "Requests", "panels": [
 SCHEMA = json.dumps({"$schema": "https://json-schema.org/draft/2020-12/schema", "title": "Logbook entry",
                      "properties": {name: {"type": "string", "description": PROSE[:200] + f" This is the {name}."}
                                     for name in ("wind", "sea", "sighting")}}, indent=2)
+POSTSCRIPT = ("%!PS-Adobe-3.0\n%%Creator: groff version 1.22.4\n%%Pages: 2\n%%EndComments\n"
+              + "".join(f"/F{i} 10/Times-Roman@0 SF({PROSE[:60]})72 {700 - 12 * i} Q\n" for i in range(40)))
 DOCBOOK = ("<?xml version='1.0'?>\n<chapter><title>Logs</title>\n<para>" + PROSE + "</para>\n<para>" + PROSE
            + "</para></chapter>\n")
 COMMENTED_MD = "<!--\n  Licensed to you under the Apache License, Version 2.0.\n-->\n# Logs\n\n" + PROSE
@@ -46,6 +48,7 @@ def folder(tmp_path):
     (docs / "package-lock.json").write_text(LOCK, encoding="utf-8")
     (docs / "_static" / "dashboard.json").write_text(DASHBOARD, encoding="utf-8")
     (docs / "entry.schema.json").write_text(SCHEMA, encoding="utf-8")
+    (docs / "manual.ps").write_text(POSTSCRIPT, encoding="utf-8")
     return docs
 
 
@@ -54,7 +57,8 @@ def test_a_folder_reads_its_prose_and_names_each_asset_it_skips(folder, caplog):
         docs = read_paths([folder])
     assert sorted(d.source.rsplit("/", 1)[-1] for d in docs) == ["chapter.xml", "entry.schema.json", "guide.md"]
     warning = caplog.text
-    assert "skipped 5 file(s) that are not text documents or hold no prose" in warning
+    assert "skipped 6 file(s) that are not text documents or hold no prose" in warning
+    assert "manual.ps: PostScript, a printer's program rather than its text" in warning
     assert "dashboard.json: JSON data without prose (0% of it is sentences in its strings)" in warning
     assert "logo.svg: markup without prose (an SVG or XML image or data: 0% of it is words outside tags)" in warning
     assert "app.js: long lines with little prose, as minified, generated or data files have" in warning
