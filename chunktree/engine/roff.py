@@ -107,12 +107,15 @@ class _Page:
         self.offset = 0
 
     def emit(self, line: str, heading: bool = False) -> None:
+        """Write a line; a heading stands apart, a blank line above and below it."""
         if heading:
             self.paragraph()
             self.headings.append((self.offset, line))
             self.heading_lines.add(len(self.lines))
         self.lines.append(line)
         self.offset += len(line) + 1
+        if heading:
+            self.paragraph()
 
     def paragraph(self) -> None:
         if self.lines and self.lines[-1] != "":

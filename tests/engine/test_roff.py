@@ -92,11 +92,11 @@ def test_an_mdoc_page_keeps_its_flags_brackets_arguments_and_items():
     assert [h for _, h in headings] == ["TUNNEL(1)", "NAME", "SYNOPSIS", "DESCRIPTION", "FILES", "EXIT STATUS"]
     assert all(text[offset:].startswith(h) for offset, h in headings)
     assert "tunnel — forward ports over a secure channel" in lines
-    assert lines[lines.index("SYNOPSIS") + 1:lines.index("SYNOPSIS") + 8] == [
+    assert lines[lines.index("SYNOPSIS") + 1:lines.index("SYNOPSIS") + 9] == ["",  # a heading stands apart
         "tunnel", "[-46v]", "[-D [bind_address:]port]", "[-L address]", "[-o option]", "destination",
         "[command [argument ...]]"]
     assert "and reads\n~/.tunnel/config;\nsee\nssh_config(5)." in text  # .Nm alone repeats the name
-    assert "(the tunnel client) connects to" in text and lines[lines.index("DESCRIPTION") + 1] == "tunnel"
+    assert "(the tunnel client) connects to" in text and lines[lines.index("DESCRIPTION") + 2] == "tunnel"
     # A tag list's heads, joined over .Xo ... .Xc, each head on a line of its own with its body after it.
     assert "-4\nForces\ntunnel\nto use IPv4 addresses only." in text
     assert ("-L [bind_address:]port:host:hostport\n-L local_socket:remote_socket\n"
