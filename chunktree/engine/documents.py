@@ -3,6 +3,7 @@
 What is read, by name and by content:
 
 - ``.md``/``.markdown`` (Markdown headings), ``.rst``/``.rst.txt`` (reStructuredText headings),
+  ``.org`` (Org mode headlines),
   ``.pdf`` (pypdf; without running heads, feet and page numbers, and words broken at a line's end
   whole), ``.html``/``.htm`` (the page's main content, as Markdown, by trafilatura), ``.ipynb``
   (a Jupyter notebook's cells as Markdown, code fenced, outputs left out),
@@ -61,7 +62,7 @@ from chunktree.engine.markup import shown
 log = logging.getLogger(__name__)
 
 NAMED_TYPES = {".md": "markdown", ".markdown": "markdown", ".rst": "rst", ".pdf": "pdf", ".html": "html",
-               ".htm": "html", ".jsonl": "jsonl", ".ipynb": "notebook"}
+               ".htm": "html", ".jsonl": "jsonl", ".ipynb": "notebook", ".org": "org"}
 # Compression by suffix, and by the magic bytes at the start of the file.
 COMPRESSIONS: dict[str, tuple[re.Pattern[bytes], Callable[[IO[bytes]], Any]]] = {
     ".gz": (re.compile(b"\x1f\x8b\x08"), lambda f: gzip.GzipFile(fileobj=f)),
@@ -344,6 +345,8 @@ def _read(path: Path, left: int, budget: int, in_folder: bool, assets: bool = Fa
         raise NotProse(f"{path}: {reason}")
     if kind == "rst":
         return [_text_document(source, text, "text", headings=_rst_headings(text))], len(data)
+    if kind == "org":
+        return [_text_document(source, text, "text", headings=_org_headings(text))], len(data)
     return [_text_document(source, text, kind)], len(data)
 
 
@@ -622,6 +625,29 @@ def _rst_headings(text: str) -> tuple[tuple[int, str], ...]:
         if (title and not _rst_adornment(title) and _rst_adornment(under)
                 and len(under) >= len(title) and not lines[i - 1][:1].isspace() and shown(title).strip()):
             headings.append((offsets[i - 1], shown(title).strip()))
+    return tuple(headings)
+
+
+# Greedy to the end of the line, the keyword, priority and tags taken off after (see _ATX_HEADING).
+_ORG_HEADING = re.compile(r"^\*+[ \t]+(.*)$", re.M)
+_ORG_KEYWORD = re.compile(r"^(?:(?:TODO|DONE)[ \t]+)?(?:\[#[A-Z]\][ \t]+)?")
+_ORG_TAGS = re.compile(r":[\w@#%:]+:")
+_ORG_LINK = re.compile(r"\[\[(?:[^\]]*\]\[)?([^\]]*)\]\]")
+
+
+def _org_headings(text: str) -> tuple[tuple[int, str], ...]:
+    """Org mode headlines (``* Title``, ``** TODO [#A] Title :tag:``), with their character
+    offsets: the title without its keyword, priority and tags; links read as their text."""
+    headings = []
+    for m in _ORG_HEADING.finditer(text):
+        title = m.group(1).strip()
+        title = _ORG_KEYWORD.sub("", title, count=1)
+        head, _, last = title.rpartition(" ")
+        if head and _ORG_TAGS.fullmatch(last):
+            title = head.rstrip()
+        title = _ORG_LINK.sub(r"\1", title).strip()
+        if title:
+            headings.append((m.start(), title))
     return tuple(headings)
 
 

@@ -428,3 +428,15 @@ def test_text_written_for_a_terminal_reads_as_the_terminal_shows_it(tmp_path):
     log, page = read_paths([tmp_path])
     assert log.text == ("PASSED tests/test_io.py::test_read - 0.2 s\ndocs and FAILED tests/test_io.py::test_write\n")
     assert page.text == "NAME\n     frob - turn a widget over\n\nSYNOPSIS\n     frob [file]\n"
+
+
+def test_org_mode_headlines_are_headings(tmp_path):
+    """An Org file's headlines head its chunks: the title without its TODO keyword, priority and
+    tags, a link as its text; bold text (``*not a heading*``) and the file's settings are not."""
+    (tmp_path / "HACKING.org").write_text(
+        "#+TITLE: Frob developer guide\n\n* Hacking on Frob\n** TODO [#A] Build with [[https://x.org][waf]]   "
+        ":build:debug:\n\nTo configure the build, add =--debug=:\n\n: ./waf configure --debug\n\n*not a heading* "
+        "here.\n** Testing\n", encoding="utf-8")
+    (doc,) = read_paths([tmp_path])
+    assert [h for _, h in doc.headings] == ["Hacking on Frob", "Build with waf", "Testing"]
+    assert all(doc.text[offset:].startswith("*") for offset, _ in doc.headings)
