@@ -3,11 +3,11 @@
 What is read, by name and by content:
 
 - ``.md``/``.markdown`` (Markdown headings), ``.rst``/``.rst.txt`` (reStructuredText headings),
-  ``.org`` (Org mode headlines),
-  ``.pdf`` (pypdf; without running heads, feet and page numbers, and words broken at a line's end
-  whole), ``.html``/``.htm`` (the page's main content, as Markdown, by trafilatura), ``.ipynb``
-  (a Jupyter notebook's cells as Markdown, code fenced, outputs left out),
-  ``.jsonl`` (one document per line: ``text``, optional ``id``, any other keys kept as metadata);
+  ``.org`` (Org mode headlines), ``.pdf`` (pypdf; without running heads, feet and page numbers,
+  and words broken at a line's end whole), ``.html``/``.htm`` (the page's main content, as
+  Markdown, by trafilatura), ``.ipynb`` (a Jupyter notebook's cells as Markdown, code fenced,
+  outputs left out), ``.jsonl`` (one document per line: ``text``, optional ``id``, any other keys
+  kept as metadata);
 - man pages (roff: a ``.TH`` or ``.Dd`` request at the top), as text with their section headings;
 - GNU Info manuals (what makeinfo writes: nodes split by 0x1f under "File: ..., Node: ..." lines),
   as the nodes' text with their titles as headings, without the node lines, menus and tables;
@@ -26,9 +26,10 @@ Text that is not UTF-8 is read with the charset ``charset_normalizer`` detects, 
 warning; a few bad bytes in UTF-8 text are replaced with U+FFFD and counted in one.
 In a folder, a file that is not text (binary, no charset fits, empty, a link loop) is skipped and
 named with the reason in one warning; named on its own, it is an error. So is a text file without
-prose (``_asset``: SVG and other XML-like images, JSON data, minified, generated or data files,
-base64 blobs, lock files), unless an include glob chose it; named on its own, it is read. Every other problem, such as a bad
-JSONL line or an unreadable PDF, raises ``DocumentError`` naming the file.
+prose (``_asset``: SVG and other XML-like images, JSON data, PostScript, minified, generated or
+data files, base64 blobs, lock files), unless an include glob chose it; named on its own, it is
+read. Every other problem, such as a bad JSONL line or an unreadable PDF, raises
+``DocumentError`` naming the file.
 
 Memory is bounded: one file is read at a time (``iter_documents``), no file decompresses past
 ``MAX_DECOMPRESSED``, and all the inputs together hold at most ``max_bytes`` of text (the CLI's
@@ -752,8 +753,10 @@ _INFO_TABLES = ("Tag Table:", "Indirect:", "Local Variables:", "End Tag Table")
 _INFO_PREAMBLE = re.compile(r"^This is .*, produced by (?:makeinfo|texi2any).*\n(?:.+\n)*|"
                             r"^(?:INFO-DIR-SECTION .*\n)?START-INFO-DIR-ENTRY\n(?:.*\n)*?END-INFO-DIR-ENTRY\n?", re.M)
 _INFO_MENU = re.compile(r"^\* Menu:", re.M)
-# What Info writes around an index node's marker or an image: "\0\b[index\0\b]", "\0\b[image src=...\0\b]"
+# What Info writes around an index node's marker or an image: "\0\b[index\0\b]", "\0\b[image src=...\0\b]";
+# in the file's bytes and in its text
 _INFO_SPECIAL = re.compile(rb"\x00\x08\[[^\x00]{0,4096}\x00\x08\]")
+_INFO_SPECIAL_TEXT = re.compile(_INFO_SPECIAL.pattern.decode("ascii"))
 
 
 def _info_text(text: str) -> str:
@@ -762,7 +765,7 @@ def _info_text(text: str) -> str:
     "produced by makeinfo" lines and the menus; titles keep their underlines (``*``, ``=``, ``-``,
     ``.``), which make them headings."""
     parts = []
-    text = re.sub("\x00\x08\\[[^\x00]{0,4096}\x00\x08\\]", "", text)
+    text = _INFO_SPECIAL_TEXT.sub("", text)
     for node in text.replace("\r\n", "\n").split("\x1f"):
         body = node.strip("\n")
         first, _, rest = body.partition("\n")
@@ -837,11 +840,12 @@ def _without_running_lines(pages: list[str]) -> list[str]:
             counts = Counter(offsets.values()).most_common(1)
             printed = counts[0][0] if counts and counts[0][1] >= often else None
         numbered: set[tuple[int, int]] = set()
-        for p, i in sorted(ends, key=lambda e: (e[0], lines[e[0]][e[1]].strip() != str(printed + e[0])
-                                                  if printed is not None else 0)):
-            if printed is not None and offsets.get((p, i)) == printed and p not in numbered_pages:
-                numbered.add((p, i))  # once a page: a bare number rather than a heading that starts with one
-                numbered_pages.add(p)
+        if printed is not None:  # once a page: a bare number rather than a heading that starts with it
+            number = printed
+            for p, i in sorted(ends, key=lambda e: (e[0], lines[e[0]][e[1]].strip() != str(number + e[0]))):
+                if offsets.get((p, i)) == number and p not in numbered_pages:
+                    numbered.add((p, i))
+                    numbered_pages.add(p)
         repeated = {(p, i) for p, i in ends if _running(pages_of[shape[(p, i)]], often)} - numbered
         found, titled = numbered | {(p, i) for p, i in repeated if p}, {i for p, i in repeated if p == 0}
         if not found and not titled:
