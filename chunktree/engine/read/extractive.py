@@ -51,8 +51,9 @@ DEFAULT_MEMORY_WEIGHT = 0.0
 MEMORY_AWARE_WEIGHT = 0.25
 # The weight of a sentence's BM25 match with the query (as a share of the best sentence's) beside
 # its similarity: the words a question names ("pre-ping", "HISTSIZE") find the sentence that holds
-# them where the embedding ranks sentences on the same subject alike. Chosen on bench/
-# eval_extractive.py's man pages and first 200 SQuAD-Shifts questions (0.2 to 0.6 quote the same).
+# them where the embedding ranks sentences on the same subject alike. Chosen on the man pages and
+# the first 200 SQuAD-Shifts questions of bench/eval_extractive.py (0.2 to 0.6 quote about the
+# same); its HotpotQA set, held out from the choice, checks it.
 LEXICAL_WEIGHT = 0.3
 
 
@@ -162,6 +163,8 @@ def list_after(text: str, end: int) -> int:
 
 
 _FENCE = re.compile(r"(?:```|~~~)[\w+-]*")  # a Markdown code block's fence line: ```console
+
+
 def plain(sentence: str) -> str:
     """The sentence as the answer shows it: on one line, its links and roles as text (``shown``),
     without a list marker or a code block's fence lines; the items of a list it carries each on a
