@@ -380,7 +380,8 @@ def _asset(name: str, text: str) -> str | None:
     with almost no words outside its tags (SVG and other XML-like images); JSON data whose strings
     hold few sentences (of four words or more: a schema's descriptions are prose, a dashboard's or a
     package manifest's keys and values are not); encoded data (base64);
-    minified, generated or data text (lines of hundreds of characters, under half of them words); a
+    minified, generated or data text (lines of hundreds of characters, under half of them words);
+    data of any line length with almost no words (under 5%: CSV of numbers, symbol lists); a
     reStructuredText file of directives alone (a stub such as ``.. cmake-module:: ../Modules/X.cmake``,
     whose text lives in another file). Judged on the first ``SAMPLE_CHARS`` characters."""
     if name in LOCK_FILES:
@@ -405,9 +406,12 @@ def _asset(name: str, text: str) -> str | None:
         return f"encoded data ({encoded / solid:.0%} of it is base64-like runs)"
     lines = [line for line in head.splitlines() if line.strip()]
     mean = sum(map(len, lines)) / max(1, len(lines))
-    if mean >= 250 and (share := _prose(head)) < 0.5:
+    share = _prose(head)
+    if mean >= 250 and share < 0.5:
         return (f"long lines with little prose, as minified, generated or data files have ({mean:.0f} characters "
                 f"a line on average, {share:.0%} of it words)")
+    if share < 0.05:
+        return f"data without prose (a table of numbers or symbols: {share:.0%} of it is words)"
     return None
 
 

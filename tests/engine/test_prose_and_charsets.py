@@ -1,6 +1,6 @@
 """Prose, not assets, and text in any charset: what a folder of real documentation holds besides
-its prose (SVG images, minified scripts, lock files, JSON data, PostScript, encoded blobs) is
-skipped and named; text that is not UTF-8 is read in the charset it is in."""
+its prose (SVG images, minified scripts, lock files, JSON data, PostScript, tables of numbers,
+encoded blobs) is skipped and named; text that is not UTF-8 is read in the charset it is in."""
 
 import base64
 import json
@@ -30,6 +30,9 @@ SCHEMA = json.dumps({"$schema": "https://json-schema.org/draft/2020-12/schema", 
                                     for name in ("wind", "sea", "sighting")}}, indent=2)
 POSTSCRIPT = ("%!PS-Adobe-3.0\n%%Creator: groff version 1.22.4\n%%Pages: 2\n%%EndComments\n"
               + "".join(f"/F{i} 10/Times-Roman@0 SF({PROSE[:60]})72 {700 - 12 * i} Q\n" for i in range(40)))
+CSV = "time,depth,temperature\n" + "".join(f"{i * 0.5:.1f},{i % 40 + 2},{11 + (i % 7) / 10:.2f}\n" for i in range(2000))
+CODE = ('import csv\n\n\ndef deepest(path):\n    """The deepest sounding in the log, in fathoms."""\n'
+        '    with open(path) as f:\n        return max(int(row["depth"]) for row in csv.DictReader(f))\n')
 DOCBOOK = ("<?xml version='1.0'?>\n<chapter><title>Logs</title>\n<para>" + PROSE + "</para>\n<para>" + PROSE
            + "</para></chapter>\n")
 COMMENTED_MD = "<!--\n  Licensed to you under the Apache License, Version 2.0.\n-->\n# Logs\n\n" + PROSE
@@ -49,15 +52,19 @@ def folder(tmp_path):
     (docs / "_static" / "dashboard.json").write_text(DASHBOARD, encoding="utf-8")
     (docs / "entry.schema.json").write_text(SCHEMA, encoding="utf-8")
     (docs / "manual.ps").write_text(POSTSCRIPT, encoding="utf-8")
+    (docs / "measurements.csv").write_text(CSV, encoding="utf-8")
+    (docs / "plot.py").write_text(CODE, encoding="utf-8")
     return docs
 
 
 def test_a_folder_reads_its_prose_and_names_each_asset_it_skips(folder, caplog):
     with caplog.at_level(logging.WARNING):
         docs = read_paths([folder])
-    assert sorted(d.source.rsplit("/", 1)[-1] for d in docs) == ["chapter.xml", "entry.schema.json", "guide.md"]
+    assert sorted(d.source.rsplit("/", 1)[-1] for d in docs) == ["chapter.xml", "entry.schema.json", "guide.md",
+                                                                  "plot.py"]
     warning = caplog.text
-    assert "skipped 6 file(s) that are not text documents or hold no prose" in warning
+    assert "skipped 7 file(s) that are not text documents or hold no prose" in warning
+    assert "measurements.csv: data without prose (a table of numbers or symbols: 0% of it is words)" in warning
     assert "manual.ps: PostScript, a printer's program rather than its text" in warning
     assert "dashboard.json: JSON data without prose (0% of it is sentences in its strings)" in warning
     assert "logo.svg: markup without prose (an SVG or XML image or data: 0% of it is words outside tags)" in warning
