@@ -381,7 +381,8 @@ def _asset(name: str, text: str) -> str | None:
     hold few sentences (of four words or more: a schema's descriptions are prose, a dashboard's or a
     package manifest's keys and values are not); encoded data (base64);
     minified, generated or data text (lines of hundreds of characters, under half of them words);
-    data of any line length with almost no words (under 5%: CSV of numbers, symbol lists); a
+    data of any line length with almost no words (under 5%: CSV of numbers, symbol lists; 4 KiB or
+    more); a
     reStructuredText file of directives alone (a stub such as ``.. cmake-module:: ../Modules/X.cmake``,
     whose text lives in another file). Judged on the first ``SAMPLE_CHARS`` characters."""
     if name in LOCK_FILES:
@@ -410,7 +411,7 @@ def _asset(name: str, text: str) -> str | None:
     if mean >= 250 and share < 0.5:
         return (f"long lines with little prose, as minified, generated or data files have ({mean:.0f} characters "
                 f"a line on average, {share:.0%} of it words)")
-    if share < 0.05:
+    if share < 0.05 and len(head) >= 4096:  # a small file crowds nothing out
         return f"data without prose (a table of numbers or symbols: {share:.0%} of it is words)"
     return None
 
