@@ -4,10 +4,10 @@ What is read, by name and by content:
 
 - ``.md``/``.markdown`` (Markdown headings), ``.rst``/``.rst.txt`` (reStructuredText headings),
   ``.org`` (Org mode headlines), ``.pdf`` (pypdf; without running heads, feet and page numbers,
-  and words broken at a line's end whole), ``.html``/``.htm`` (the page's main content, as
-  Markdown, by trafilatura), ``.ipynb`` (a Jupyter notebook's cells as Markdown, code fenced,
-  outputs left out), ``.jsonl`` (one document per line: ``text``, optional ``id``, any other keys
-  kept as metadata);
+  and words broken at a line's end whole), ``.docx`` (python-docx; the body as Markdown),
+  ``.html``/``.htm`` (the page's main content, as Markdown, by trafilatura), ``.ipynb`` (a Jupyter
+  notebook's cells as Markdown, code fenced, outputs left out), ``.jsonl`` (one document per line:
+  ``text``, optional ``id``, any other keys kept as metadata);
 - man pages (roff: a ``.TH`` or ``.Dd`` request at the top), as text with their section headings;
 - GNU Info manuals (what makeinfo writes: nodes split by 0x1f under "File: ..., Node: ..." lines),
   as the nodes' text with their titles as headings, without the node lines, menus and tables;
@@ -63,7 +63,7 @@ from chunktree.engine.markup import shown
 log = logging.getLogger(__name__)
 
 NAMED_TYPES = {".md": "markdown", ".markdown": "markdown", ".rst": "rst", ".pdf": "pdf", ".html": "html",
-               ".htm": "html", ".jsonl": "jsonl", ".ipynb": "notebook", ".org": "org"}
+               ".htm": "html", ".jsonl": "jsonl", ".ipynb": "notebook", ".org": "org", ".docx": "docx"}
 # Compression by suffix, and by the magic bytes at the start of the file.
 COMPRESSIONS: dict[str, tuple[re.Pattern[bytes], Callable[[IO[bytes]], Any]]] = {
     ".gz": (re.compile(b"\x1f\x8b\x08"), lambda f: gzip.GzipFile(fileobj=f)),
@@ -75,8 +75,8 @@ MAX_BYTES = 512 << 20  # bytes of text in all the inputs together, by default (`
 SNIFF_BYTES = 8192  # the prefix that decides whether a file is binary
 NAMED_SKIPS = 50  # files skipped in a folder that the warning names; the rest are logged at INFO
 SAMPLE_SOURCE = "sample:moby-dick"
-READS = ("text (any name: .txt, README, source code), .md, .rst, .html, .pdf, .ipynb, .jsonl, man pages, Info "
-         "manuals; each also .gz/.bz2/.xz")
+READS = ("text (any name: .txt, README, source code), .md, .rst, .html, .pdf, .docx, .ipynb, .jsonl, man pages, "
+         "Info manuals; each also .gz/.bz2/.xz")
 
 
 class DocumentError(InvalidValueError):
@@ -304,7 +304,7 @@ def _read(path: Path, left: int, budget: int, in_folder: bool, assets: bool = Fa
     that is text but not prose (``_asset``) is ``NotText``. How text that is not all UTF-8 was read
     goes into ``notes`` (None: a warning now)."""
     name = path.name.lower()
-    sniff = not any(name.endswith(s) for s in COMPRESSIONS) and not name.endswith(".pdf")
+    sniff = not any(name.endswith(s) for s in COMPRESSIONS) and not name.endswith((".pdf", ".docx"))
     data = _read_bytes(path, left, budget, in_folder, sniff)
     for suffix, (magic, opener) in COMPRESSIONS.items():
         if name.endswith(suffix) or magic.match(data):
@@ -316,6 +316,8 @@ def _read(path: Path, left: int, budget: int, in_folder: bool, assets: bool = Fa
     kind = "rst" if name.endswith(".rst.txt") else NAMED_TYPES.get(os.path.splitext(name)[1], "text")
     if kind == "pdf":
         return [_read_pdf(path, data)], len(data)
+    if kind == "docx":
+        return [_text_document(_shown(path), _read_docx(path, data), "markdown")], len(data)
     text, note = _decode(path, data)
     if note and notes is not None:
         notes.append(f"{_shown(path)} ({note})")
@@ -781,6 +783,43 @@ def _info_text(text: str) -> str:
         body = (body[:menu.start()] if menu else body).strip("\n")
         if body.strip():
             parts.append(body)
+    return "\n\n".join(parts) + "\n" if parts else ""
+
+
+def _read_docx(path: Path, data: bytes) -> str:
+    """A Word document's body as Markdown, in order (python-docx): its title and headings as ``#``
+    lines, list paragraphs as items, tables a row a line; page headers and footers left out."""
+    import io
+    import zipfile
+
+    from docx import Document as WordDocument
+    from docx.opc.exceptions import PackageNotFoundError
+    from docx.table import Table
+
+    try:
+        document = WordDocument(io.BytesIO(data))
+        blocks = list(document.iter_inner_content())
+    except (PackageNotFoundError, zipfile.BadZipFile, KeyError, ValueError) as exc:
+        raise DocumentError(f"{path}: not a readable Word document ({exc})") from None
+    parts = []
+    for block in blocks:
+        if isinstance(block, Table):
+            rows = ["| " + " | ".join(" ".join(cell.text.split()) for cell in row.cells) + " |" for row in block.rows]
+            parts.append("\n".join(rows))
+            continue
+        text = " ".join(block.text.split())
+        style = block.style.name if block.style is not None else ""
+        level = re.fullmatch(r"Heading ([1-9])", style)
+        if not text:
+            continue
+        if style == "Title" or level:
+            parts.append("#" * min(6, int(level.group(1)) if level else 1) + " " + text)
+        elif style.startswith("List Number"):
+            parts.append("1. " + text)
+        elif style.startswith("List"):
+            parts.append("- " + text)
+        else:
+            parts.append(text)
     return "\n\n".join(parts) + "\n" if parts else ""
 
 

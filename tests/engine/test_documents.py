@@ -440,3 +440,36 @@ def test_org_mode_headlines_are_headings(tmp_path):
     (doc,) = read_paths([tmp_path])
     assert [h for _, h in doc.headings] == ["Hacking on Frob", "Build with waf", "Testing"]
     assert all(doc.text[offset:].startswith("*") for offset, _ in doc.headings)
+
+
+def test_word_documents_read_as_their_body(tmp_path):
+    """A .docx as Word (here python-docx) writes it, in a folder: title and headings as ``#``
+    lines that head the chunks, list items, a table a row a line, in the body's order; the page
+    header is left out. A file named .docx that is no Word document is an error naming it."""
+    docx = pytest.importorskip("docx")
+    document = docx.Document()
+    document.sections[0].header.paragraphs[0].text = "ACME internal - do not distribute"
+    document.add_heading("Boiler maintenance", level=0)
+    document.add_paragraph("Bleed the radiators once a year, before the heating season starts.")
+    document.add_heading("Pressure", level=1)
+    document.add_paragraph("Check the gauge reads between 1 and 1.5 bar when the boiler is cold.")
+    document.add_paragraph("Top up through the filling loop.", style="List Bullet")
+    document.add_paragraph("Close the loop tightly afterwards.", style="List Bullet")
+    table = document.add_table(rows=2, cols=2)
+    for (r, c), text in {(0, 0): "Reading", (0, 1): "Action", (1, 0): "below 1 bar", (1, 1): "top up"}.items():
+        table.cell(r, c).text = text
+    document.add_paragraph("Call an engineer if it drops again within a week.")
+    document.save(tmp_path / "boiler.docx")
+    (doc,) = read_paths([tmp_path])
+    assert doc.text == ("# Boiler maintenance\n\nBleed the radiators once a year, before the heating season starts.\n\n"
+                        "# Pressure\n\nCheck the gauge reads between 1 and 1.5 bar when the boiler is cold.\n\n"
+                        "- Top up through the filling loop.\n\n- Close the loop tightly afterwards.\n\n"
+                        "| Reading | Action |\n| below 1 bar | top up |\n\n"
+                        "Call an engineer if it drops again within a week.\n")
+    assert [h for _, h in doc.headings] == ["Boiler maintenance", "Pressure"]
+    import zipfile
+
+    with zipfile.ZipFile(tmp_path / "other.docx", "w") as z:
+        z.writestr("notes.txt", "not a Word document")
+    with pytest.raises(DocumentError, match=r"other\.docx: not a readable Word document"):
+        read_file(tmp_path / "other.docx")
