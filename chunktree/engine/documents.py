@@ -4,7 +4,8 @@ What is read, by name and by content:
 
 - ``.md``/``.markdown`` (Markdown headings), ``.rst``/``.rst.txt`` (reStructuredText headings),
   ``.org`` (Org mode headlines), ``.pdf`` (pypdf; without running heads, feet and page numbers,
-  and words broken at a line's end whole), ``.docx`` (python-docx; the body as Markdown),
+  and words broken at a line's end whole), ``.docx`` (python-docx; the body as Markdown), ``.epub``
+  (the chapters in reading order, as Markdown by markdownify),
   ``.html``/``.htm`` (the page's main content, as Markdown, by trafilatura), ``.ipynb`` (a Jupyter
   notebook's cells as Markdown, code fenced, outputs left out), ``.jsonl`` (one document per line:
   ``text``, optional ``id``, any other keys kept as metadata);
@@ -63,7 +64,8 @@ from chunktree.engine.markup import shown
 log = logging.getLogger(__name__)
 
 NAMED_TYPES = {".md": "markdown", ".markdown": "markdown", ".rst": "rst", ".pdf": "pdf", ".html": "html",
-               ".htm": "html", ".jsonl": "jsonl", ".ipynb": "notebook", ".org": "org", ".docx": "docx"}
+               ".htm": "html", ".jsonl": "jsonl", ".ipynb": "notebook", ".org": "org", ".docx": "docx",
+               ".epub": "epub"}
 # Compression by suffix, and by the magic bytes at the start of the file.
 COMPRESSIONS: dict[str, tuple[re.Pattern[bytes], Callable[[IO[bytes]], Any]]] = {
     ".gz": (re.compile(b"\x1f\x8b\x08"), lambda f: gzip.GzipFile(fileobj=f)),
@@ -75,8 +77,8 @@ MAX_BYTES = 512 << 20  # bytes of text in all the inputs together, by default (`
 SNIFF_BYTES = 8192  # the prefix that decides whether a file is binary
 NAMED_SKIPS = 50  # files skipped in a folder that the warning names; the rest are logged at INFO
 SAMPLE_SOURCE = "sample:moby-dick"
-READS = ("text (any name: .txt, README, source code), .md, .rst, .html, .pdf, .docx, .ipynb, .jsonl, man pages, "
-         "Info manuals; each also .gz/.bz2/.xz")
+READS = ("text (any name: .txt, README, source code), .md, .rst, .html, .pdf, .docx, .epub, .ipynb, .jsonl, "
+         "man pages, Info manuals; each also .gz/.bz2/.xz")
 
 
 class DocumentError(InvalidValueError):
@@ -304,7 +306,7 @@ def _read(path: Path, left: int, budget: int, in_folder: bool, assets: bool = Fa
     that is text but not prose (``_asset``) is ``NotText``. How text that is not all UTF-8 was read
     goes into ``notes`` (None: a warning now)."""
     name = path.name.lower()
-    sniff = not any(name.endswith(s) for s in COMPRESSIONS) and not name.endswith((".pdf", ".docx"))
+    sniff = not any(name.endswith(s) for s in COMPRESSIONS) and not name.endswith((".pdf", ".docx", ".epub"))
     data = _read_bytes(path, left, budget, in_folder, sniff)
     for suffix, (magic, opener) in COMPRESSIONS.items():
         if name.endswith(suffix) or magic.match(data):
@@ -318,6 +320,8 @@ def _read(path: Path, left: int, budget: int, in_folder: bool, assets: bool = Fa
         return [_read_pdf(path, data)], len(data)
     if kind == "docx":
         return [_text_document(_shown(path), _read_docx(path, data), "markdown")], len(data)
+    if kind == "epub":
+        return [_text_document(_shown(path), _read_epub(path, data), "markdown")], len(data)
     text, note = _decode(path, data)
     if note and notes is not None:
         notes.append(f"{_shown(path)} ({note})")
@@ -991,6 +995,67 @@ def _read_html(path: Path, html: str) -> Document:
     if text is None or not text.strip():
         raise DocumentError(f"{path}: HTML page has no visible text")
     return _text_document(_shown(path), text, "markdown")
+
+
+_OPF = "{http://www.idpf.org/2007/opf}"
+_CONTAINER = "{urn:oasis:names:tc:opendocument:xmlns:container}"
+
+
+def _read_epub(path: Path, data: bytes) -> str:
+    """An EPUB book's chapters in reading order (the package's spine), each as Markdown
+    (``_chapter_markdown``), one after another. The package is read with the standard library and
+    lxml (the EPUB library on PyPI is AGPL): its container names the package file, whose manifest
+    and spine give the chapters. No entity or network access while parsing; the chapters together
+    decompress to at most ``MAX_DECOMPRESSED`` bytes."""
+    import io
+    import posixpath
+    import zipfile
+    from urllib.parse import unquote
+
+    from lxml import etree
+
+    parser = etree.XMLParser(resolve_entities=False, no_network=True)
+    try:
+        book = zipfile.ZipFile(io.BytesIO(data))
+        container = etree.fromstring(book.read("META-INF/container.xml"), parser)
+        rootfile = container.find(f".//{_CONTAINER}rootfile")
+        package_path = rootfile.get("full-path") if rootfile is not None else None
+        if not package_path:
+            raise KeyError("META-INF/container.xml names no package file")
+        package = etree.fromstring(book.read(package_path), parser)
+        manifest = {item.get("id"): item for item in package.iter(f"{_OPF}item")}
+        base = posixpath.dirname(package_path)
+        chapters = []
+        for ref in package.iter(f"{_OPF}itemref"):
+            item = manifest.get(ref.get("idref"))
+            if item is not None and "html" in (item.get("media-type") or "") and item.get("href"):
+                chapters.append(posixpath.normpath(posixpath.join(base, unquote(item.get("href") or ""))))
+        size = sum(book.getinfo(name).file_size for name in chapters)
+    except (zipfile.BadZipFile, KeyError, etree.XMLSyntaxError, ValueError) as exc:
+        raise DocumentError(f"{path}: not a readable EPUB book ({exc})") from None
+    if size > MAX_DECOMPRESSED:
+        raise DocumentError(f"{path}: its chapters decompress to more than {_size(MAX_DECOMPRESSED)}")
+    try:
+        pages = [book.read(name) for name in chapters]
+    except (zipfile.BadZipFile, ValueError, OSError) as exc:  # a damaged member (bad CRC, bad deflate data)
+        raise DocumentError(f"{path}: not a readable EPUB book ({exc})") from None
+    parts = [_chapter_markdown(page) for page in pages]
+    return "\n\n".join(part for part in parts if part) + "\n" if any(parts) else ""
+
+
+def _chapter_markdown(page: bytes) -> str:
+    """A book's chapter (XHTML) as Markdown, all of it (markdownify): a chapter is content from end
+    to end, with nothing for a web-page extractor to leave out, and trafilatura drops its title.
+    Headings as ``#`` lines, characters as written (``my_file``), links and images as their text."""
+    from bs4 import BeautifulSoup
+    from markdownify import markdownify
+
+    soup = BeautifulSoup(page, "lxml")  # as a browser reads it: the XML declaration and namespace aside
+    for tag in soup(["head", "script", "style"]):
+        tag.decompose()
+    text = markdownify(str(soup.body or soup), heading_style="ATX", bullets="-", strip=["a", "img"],
+                       escape_underscores=False, escape_asterisks=False)
+    return re.sub(r"\n{3,}", "\n\n", text).strip()
 
 
 def sample_documents() -> list[Document]:

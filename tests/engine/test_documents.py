@@ -473,3 +473,47 @@ def test_word_documents_read_as_their_body(tmp_path):
         z.writestr("notes.txt", "not a Word document")
     with pytest.raises(DocumentError, match=r"other\.docx: not a readable Word document"):
         read_file(tmp_path / "other.docx")
+
+
+def _epub(path, chapters: list[tuple[str, str]]) -> None:
+    """An EPUB 3 book as the specification lays one out: the mimetype first and stored, the
+    container naming the package, the package's manifest and spine (in an order that is not the
+    files' names), one XHTML file a chapter."""
+    import zipfile
+
+    items = "".join(f'<item id="c{i}" href="text/ch%20{i}.xhtml" media-type="application/xhtml+xml"/>'
+                    for i in range(len(chapters)))
+    spine = "".join(f'<itemref idref="c{i}"/>' for i in reversed(range(len(chapters))))
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("mimetype", "application/epub+zip", compress_type=zipfile.ZIP_STORED)
+        z.writestr("META-INF/container.xml", '<?xml version="1.0"?><container version="1.0" '
+                   'xmlns="urn:oasis:names:tc:opendocument:xmlns:container"><rootfiles><rootfile '
+                   'full-path="OEBPS/content.opf" media-type="application/oebps-package+xml"/></rootfiles></container>')
+        z.writestr("OEBPS/content.opf", '<?xml version="1.0"?><package xmlns="http://www.idpf.org/2007/opf" '
+                   'version="3.0" unique-identifier="id"><metadata xmlns:dc="http://purl.org/dc/elements/1.1/">'
+                   '<dc:title>Sea Notes</dc:title></metadata><manifest><item id="css" href="style.css" '
+                   f'media-type="text/css"/>{items}</manifest><spine>{spine}</spine></package>')
+        z.writestr("OEBPS/style.css", "p { margin: 0 }")
+        for i, (title, body) in enumerate(chapters):
+            z.writestr(f"OEBPS/text/ch {i}.xhtml", '<?xml version="1.0" encoding="utf-8"?><html '
+                       f'xmlns="http://www.w3.org/1999/xhtml"><head><title>{title}</title></head><body>'
+                       f"<h1>{title}</h1>{''.join(f'<p>{p}</p>' for p in body.split(chr(10)))}</body></html>")
+
+
+def test_an_epub_book_reads_its_chapters_in_reading_order(tmp_path):
+    """The chapters in the spine's order (not the files'), each as its HTML page reads, their
+    titles as headings; a zip that is no EPUB is an error naming the file."""
+    _epub(tmp_path / "sea.epub", [
+        ("The Harbour", "The harbour was full of whalers, each waiting for the spring tide to carry it out.\n"
+                        "Their crews mended nets on the quay and argued about the price of oil."),
+        ("The Storm", "On the third night the wind turned and the sea rose over the bow of the ship.\n"
+                      "The mate ordered the sails reefed and the boats lashed down on the deck.")])
+    (doc,) = read_paths([tmp_path])
+    assert [h for _, h in doc.headings] == ["The Storm", "The Harbour"]
+    assert doc.text.index("the wind turned") < doc.text.index("full of whalers") < doc.text.index("price of oil")
+    import zipfile
+
+    with zipfile.ZipFile(tmp_path / "other.epub", "w") as z:
+        z.writestr("notes.txt", "not a book")
+    with pytest.raises(DocumentError, match=r"other\.epub: not a readable EPUB book"):
+        read_file(tmp_path / "other.epub")
