@@ -318,10 +318,11 @@ def _read(path: Path, left: int, budget: int, in_folder: bool, assets: bool = Fa
     kind = "rst" if name.endswith(".rst.txt") else NAMED_TYPES.get(os.path.splitext(name)[1], "text")
     if kind == "pdf":
         return [_read_pdf(path, data)], len(data)
-    if kind == "docx":
-        return [_text_document(_shown(path), _read_docx(path, data), "markdown")], len(data)
-    if kind == "epub":
-        return [_text_document(_shown(path), _read_epub(path, data), "markdown")], len(data)
+    if kind in ("docx", "epub"):
+        text = (_read_docx if kind == "docx" else _read_epub)(path, data)
+        if not visible(text):
+            raise NotText(f"{path}: {'Word document' if kind == 'docx' else 'EPUB book'} without text")
+        return [_text_document(_shown(path), text, "markdown")], len(data)
     text, note = _decode(path, data)
     if note and notes is not None:
         notes.append(f"{_shown(path)} ({note})")
@@ -335,7 +336,10 @@ def _read(path: Path, left: int, budget: int, in_folder: bool, assets: bool = Fa
     if kind == "html":
         return [_read_html(path, text)], len(data)
     if kind == "notebook":
-        return [_text_document(source, _read_notebook(path, text), "markdown")], len(data)
+        notebook = _read_notebook(path, text)
+        if not visible(notebook):
+            raise NotText(f"{path}: Jupyter notebook without text (no cell holds any)")
+        return [_text_document(source, notebook, "markdown")], len(data)
     if kind == "text" and ("\x1b" in text or "\x08" in text):
         text = _without_terminal_codes(text)
     if kind == "text" and _INFO_NODE.search(text):

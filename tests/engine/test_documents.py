@@ -308,6 +308,7 @@ def test_jupyter_notebooks_read_as_their_cells(tmp_path):
         v3.new_text_cell("markdown", source="The file holds one row per answer."),
     ])])
     (folder / "load.ipynb").write_text(v3.writes_json(old), encoding="utf-8")
+    (folder / "empty.ipynb").write_text(nbformat.writes(v4.new_notebook()), encoding="utf-8")  # skipped
     load, survey = read_paths([folder])
     assert survey.text == ("# Cleaning the survey data\n\nRows without an age are dropped before the model sees them."
                            "\n\n```python\ndf = df.dropna(subset=['age'])\nprint(len(df))\n```\n\nRaw text for the "
@@ -460,6 +461,7 @@ def test_word_documents_read_as_their_body(tmp_path):
         table.cell(r, c).text = text
     document.add_paragraph("Call an engineer if it drops again within a week.")
     document.save(tmp_path / "boiler.docx")
+    docx.Document().save(tmp_path / "blank.docx")  # without text: skipped and named in a folder
     (doc,) = read_paths([tmp_path])
     assert doc.text == ("# Boiler maintenance\n\nBleed the radiators once a year, before the heating season starts.\n\n"
                         "# Pressure\n\nCheck the gauge reads between 1 and 1.5 bar when the boiler is cold.\n\n"
