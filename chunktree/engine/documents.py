@@ -3,12 +3,12 @@
 What is read, by name and by content:
 
 - ``.md``/``.markdown`` (Markdown headings), ``.rst``/``.rst.txt`` (reStructuredText headings),
-  ``.org`` (Org mode headlines), ``.pdf`` (pypdf; without running heads, feet and page numbers,
-  and words broken at a line's end whole), ``.docx`` (python-docx; the body as Markdown), ``.epub``
-  (the chapters in reading order, as Markdown by markdownify),
-  ``.html``/``.htm`` (the page's main content, as Markdown, by trafilatura), ``.ipynb`` (a Jupyter
-  notebook's cells as Markdown, code fenced, outputs left out), ``.jsonl`` (one document per line:
-  ``text``, optional ``id``, any other keys kept as metadata);
+  ``.org`` (Org mode headlines), ``.pdf`` (pypdf; without running heads, feet, page numbers and
+  the dot-leader lines of contents and indexes, and words broken at a line's end whole), ``.docx``
+  (python-docx; the body as Markdown), ``.epub`` (the chapters in reading order, as Markdown by
+  markdownify), ``.html``/``.htm`` (the page's main content, as Markdown, by trafilatura),
+  ``.ipynb`` (a Jupyter notebook's cells as Markdown, code fenced, outputs left out), ``.jsonl``
+  (one document per line: ``text``, optional ``id``, any other keys kept as metadata);
 - man pages (roff: a ``.TH`` or ``.Dd`` request at the top), as text with their section headings;
 - GNU Info manuals (what makeinfo writes: nodes split by 0x1f under "File: ..., Node: ..." lines),
   as the nodes' text with their titles as headings, without the node lines, menus and tables;
@@ -846,7 +846,7 @@ def _read_pdf(path: Path, data: bytes) -> Document:
     except (PyPdfError, ValueError, KeyError, TypeError, RecursionError) as exc:
         raise DocumentError(f"{path}: not a readable PDF ({exc})") from None
     parts, starts, offset = [], [], 0
-    for page_text in _dehyphenated(_without_running_lines(pages)):
+    for page_text in _dehyphenated([_LEADERS.sub("", page) for page in _without_running_lines(pages)]):
         starts.append(offset)
         parts.append(page_text)
         offset += len(page_text) + 2
@@ -857,6 +857,8 @@ def _read_pdf(path: Path, data: bytes) -> Document:
 
 
 _NUMBER_AT_END = re.compile(r"^(\d{1,5})\b|\b(\d{1,5})$")
+# A line of a table of contents or an index: dot leaders, then page numbers ("Invoking gzip . . . 4")
+_LEADERS = re.compile(r"^.*(?: ?\.){4,}[ \t]*(?:\d{1,5}|[ivxlc]{1,7})(?:, ?\d{1,5})*[ \t]*\n?", re.M)
 
 
 def _without_running_lines(pages: list[str]) -> list[str]:

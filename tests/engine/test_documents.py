@@ -381,9 +381,10 @@ def test_every_installed_info_manual_reads_without_its_navigation():
 
 
 def test_pdf_chapter_heads_and_a_heading_that_starts_with_the_page_number(tmp_path):
-    """A DocBook-style manual: a title page, then five chapters of four pages, each page after a
-    chapter's first under the chapter's title, every page's printed number at its foot; chapter 1
-    opens on printed page 1 with "1. Setup". The heads and numbers go, the headings stay."""
+    """A DocBook-style manual: a title page with the contents, then five chapters of four pages,
+    each page after a chapter's first under the chapter's title, every page's printed number at
+    its foot; chapter 1 opens on printed page 1 with "1. Setup". The heads, numbers and the
+    contents' dot-leader lines go, the headings stay."""
     fpdf = pytest.importorskip("fpdf")
     names = ["Setup", "Usage", "Cleaning", "Repairs", "Storage"]
     words = "widget bench cable light button tray cloth screw panel fan filter lamp belt gear spring valve".split()
@@ -404,7 +405,10 @@ def test_pdf_chapter_heads_and_a_heading_that_starts_with_the_page_number(tmp_pa
     pdf = Manual()
     pdf.set_font("helvetica", size=11)
     pdf.add_page()
-    pdf.cell(text="The Widget Manual")
+    pdf.cell(text="The Widget Manual", new_x="LMARGIN", new_y="NEXT")
+    pdf.cell(text="Contents", new_x="LMARGIN", new_y="NEXT")
+    for k, name in enumerate(names):  # dot leaders to the page numbers: navigation, not text
+        pdf.cell(text=f"{k + 1}. {name} " + ". " * 30 + str(4 * k + 1), new_x="LMARGIN", new_y="NEXT")
     for n, line in enumerate(body):
         pdf.add_page()
         if n % 4 == 0:
@@ -413,7 +417,7 @@ def test_pdf_chapter_heads_and_a_heading_that_starts_with_the_page_number(tmp_pa
     pdf.output(str(tmp_path / "manual.pdf"))
     (doc,) = read_file(tmp_path / "manual.pdf")
     pages = [doc.text[a:b].split() for a, b in zip(doc.page_starts, [*doc.page_starts[1:], len(doc.text)])]
-    assert pages == [["The", "Widget", "Manual"]] + [
+    assert pages == [["The", "Widget", "Manual", "Contents"]] + [
         ([f"{n // 4 + 1}.", names[n // 4]] if n % 4 == 0 else []) + line.split() for n, line in enumerate(body)]
 
 
