@@ -803,11 +803,12 @@ def _read_docx(path: Path, data: bytes) -> str:
     from docx import Document as WordDocument
     from docx.opc.exceptions import PackageNotFoundError
     from docx.table import Table
+    from lxml import etree
 
     try:
         document = WordDocument(io.BytesIO(data))
         blocks = list(document.iter_inner_content())
-    except (PackageNotFoundError, zipfile.BadZipFile, KeyError, ValueError) as exc:
+    except (PackageNotFoundError, zipfile.BadZipFile, KeyError, ValueError, etree.XMLSyntaxError) as exc:
         raise DocumentError(f"{path}: not a readable Word document ({exc})") from None
     parts = []
     for block in blocks:
@@ -816,7 +817,7 @@ def _read_docx(path: Path, data: bytes) -> str:
             parts.append("\n".join(rows))
             continue
         text = " ".join(block.text.split())
-        style = block.style.name if block.style is not None else ""
+        style = (block.style.name if block.style is not None else None) or ""
         level = re.fullmatch(r"Heading ([1-9])", style)
         if not text:
             continue

@@ -479,6 +479,12 @@ def test_word_documents_read_as_their_body(tmp_path):
         z.writestr("notes.txt", "not a Word document")
     with pytest.raises(DocumentError, match=r"other\.docx: not a readable Word document"):
         read_file(tmp_path / "other.docx")
+    with zipfile.ZipFile(tmp_path / "boiler.docx") as good, zipfile.ZipFile(tmp_path / "cut.docx", "w") as cut:
+        for item in good.infolist():  # the body's XML cut in half, as a damaged copy has it
+            data = good.read(item.filename)
+            cut.writestr(item, data[:len(data) // 2] if item.filename == "word/document.xml" else data)
+    with pytest.raises(DocumentError, match=r"cut\.docx: not a readable Word document"):
+        read_file(tmp_path / "cut.docx")
 
 
 def _epub(path, chapters: list[tuple[str, str]]) -> None:
