@@ -1017,6 +1017,7 @@ def _read_epub(path: Path, data: bytes) -> str:
     import io
     import posixpath
     import zipfile
+    import zlib
     from urllib.parse import unquote
 
     from lxml import etree
@@ -1044,7 +1045,7 @@ def _read_epub(path: Path, data: bytes) -> str:
         raise DocumentError(f"{path}: its chapters decompress to more than {_size(MAX_DECOMPRESSED)}")
     try:
         pages = [book.read(name) for name in chapters]
-    except (zipfile.BadZipFile, ValueError, OSError) as exc:  # a damaged member (bad CRC, bad deflate data)
+    except (zipfile.BadZipFile, zlib.error, ValueError, OSError) as exc:  # a damaged member (bad CRC, bad data)
         raise DocumentError(f"{path}: not a readable EPUB book ({exc})") from None
     parts = [_chapter_markdown(page) for page in pages]
     return "\n\n".join(part for part in parts if part) + "\n" if any(parts) else ""
