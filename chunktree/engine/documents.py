@@ -318,11 +318,12 @@ def _read(path: Path, left: int, budget: int, in_folder: bool, assets: bool = Fa
     kind = "rst" if name.endswith(".rst.txt") else NAMED_TYPES.get(os.path.splitext(name)[1], "text")
     if kind == "pdf":
         return [_read_pdf(path, data)], len(data)
-    if kind in ("docx", "epub"):
-        text = (_read_docx if kind == "docx" else _read_epub)(path, data)
-        if not visible(text):
-            raise NotText(f"{path}: {'Word document' if kind == 'docx' else 'EPUB book'} without text")
-        return [_text_document(_shown(path), text, "markdown")], len(data)
+    if kind in _PACKAGES:
+        what, reader = _PACKAGES[kind]
+        markdown = reader(path, data)
+        if not visible(markdown):
+            raise NotText(f"{path}: {what} without text")
+        return [_text_document(_shown(path), markdown, "markdown")], len(data)
     text, note = _decode(path, data)
     if note and notes is not None:
         notes.append(f"{_shown(path)} ({note})")
@@ -1064,6 +1065,11 @@ def _chapter_markdown(page: bytes) -> str:
     text = markdownify(str(soup.body or soup), heading_style="ATX", bullets="-", strip=["a", "img"],
                        escape_underscores=False, escape_asterisks=False)
     return re.sub(r"\n{3,}", "\n\n", text).strip()
+
+
+# Documents packed in a ZIP file, each read into Markdown: what it is, and its reader.
+_PACKAGES: dict[str, tuple[str, Callable[[Path, bytes], str]]] = {
+    "docx": ("Word document", _read_docx), "epub": ("EPUB book", _read_epub)}
 
 
 def sample_documents() -> list[Document]:

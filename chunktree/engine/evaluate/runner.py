@@ -38,7 +38,13 @@ from chunktree.engine.embedding import embed_texts
 from chunktree.engine.evaluate.data import Passage, Question, evaluable
 from chunktree.engine.evaluate.stats import bootstrap
 from chunktree.engine.order import DEFAULT_BLEND, order
-from chunktree.engine.read.extractive import MEMORY_AWARE_WEIGHT, ExtractiveWorker, Sentences, query_scores
+from chunktree.engine.read.extractive import (
+    MEMORY_AWARE_WEIGHT,
+    ExtractiveWorker,
+    Sentences,
+    lexical_index,
+    query_scores,
+)
 from chunktree.progress import Progress, tracked
 
 ORDERS = ("document", "dense", "bfs", "dfs", "guided", "dense_tree", "runs", "random")
@@ -110,11 +116,12 @@ def evaluate_orders(
     for passage in tracked(passages, len(passages), "passages", "passage", enabled=progress):
         paragraphs, n = passage.paragraphs, len(passage.paragraphs)
         sentences = Sentences.of(paragraphs, embedder, cache)
+        words = lexical_index(sentences, paragraphs)  # once a passage, for each of its questions
         para_vecs, _ = embed_texts(paragraphs, embedder, cache, prompt="document")
         memory_budget = max(1, round(budget * int(embedder.count_tokens(paragraphs).sum())))
         q_vecs, _ = embed_texts([q.text for q in passage.questions], embedder, cache, prompt="query")
         for q, qv in zip(passage.questions, q_vecs):
-            scores = query_scores(sentences, paragraphs, q.text, qv)
+            scores = query_scores(sentences, words, q.text, qv)
             record: dict[str, Any] = {"kind": q.kind, "question": q.text, "paragraphs": n, "orders": {}}
             for name in orders:
                 if name == "random":

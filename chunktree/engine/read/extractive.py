@@ -252,21 +252,28 @@ class Sentences:
         return cls(table[:, 0], table[:, 1], table[:, 2], embedder.count_tokens(sentence_texts), vectors, indptr, key)
 
 
-def lexical_scores(sentences: Sentences, texts: Sequence[str], query: str) -> np.ndarray:
-    """Each sentence's BM25 score for the query's words (``lexical``) over all the sentences, as a
-    share of the best one's (float64, in [0, 1]; all 0 when no sentence shares a word with it)."""
+def lexical_index(sentences: Sentences, texts: Sequence[str]) -> LexicalIndex:
+    """BM25 over the words of the sentences of ``texts`` (``lexical``), one entry a sentence: built
+    once, asked for every query."""
     index = LexicalIndex()
     for i, a, b in zip(sentences.chunk.tolist(), sentences.start.tolist(), sentences.end.tolist()):
         index.add(lexical_tokens(texts[i][a:b]))
+    return index
+
+
+def lexical_scores(index: LexicalIndex, query: str) -> np.ndarray:
+    """Each sentence's BM25 score for the query's words, as a share of the best one's (float64, in
+    [0, 1]; all 0 when no sentence shares a word with it)."""
     scores = index.scores(lexical_tokens(query))
     best = float(scores.max()) if scores.size else 0.0
     return scores / best if best > 0 else scores
 
 
-def query_scores(sentences: Sentences, texts: Sequence[str], query: str, query_vector: np.ndarray) -> np.ndarray:
-    """The query-only score of each sentence of ``texts``: its similarity to the query (its
-    embedding, ``query_vector``) plus ``LEXICAL_WEIGHT`` times ``lexical_scores``."""
-    return sentences.vectors @ query_vector + LEXICAL_WEIGHT * lexical_scores(sentences, texts, query)
+def query_scores(sentences: Sentences, index: LexicalIndex, query: str, query_vector: np.ndarray) -> np.ndarray:
+    """The query-only score of each sentence: its similarity to the query (its embedding,
+    ``query_vector``) plus ``LEXICAL_WEIGHT`` times ``lexical_scores`` (``index``: the sentences'
+    ``lexical_index``)."""
+    return sentences.vectors @ query_vector + LEXICAL_WEIGHT * lexical_scores(index, query)
 
 
 def keep_best(candidates: list[tuple[float, int, int]], budget: int,

@@ -33,6 +33,7 @@ from chunktree.engine.read.extractive import (
     DEFAULT_MEMORY_WEIGHT,
     ExtractiveWorker,
     Sentences,
+    lexical_index,
     query_scores,
 )
 from chunktree.engine.read.llm_worker import (
@@ -227,5 +228,5 @@ def _extractive_worker(texts: list[str], provenance: list[Chunk | None], query: 
         scores = sentences.vectors @ normalised(sentences.vectors.mean(axis=0))
     else:
         target = embed_texts([query], embedder, cache, prompt="query")[0][0]
-        scores = query_scores(sentences, texts, query, target)
+        scores = query_scores(sentences, lexical_index(sentences, texts), query, target)
     return ExtractiveWorker(sentences, scores, memory_tokens, texts, provenance, memory_weight)

@@ -297,7 +297,7 @@ def test_a_word_the_question_names_finds_its_sentence_among_sentences_on_the_sam
     """Six sentences about connection pools; the question names "pre-ping", which one of them
     holds. The embedding ranks them alike (without the words' match another sentence is kept);
     the sentence's BM25 match with the question's words puts it first."""
-    from chunktree.engine.read.extractive import Sentences, lexical_scores
+    from chunktree.engine.read.extractive import Sentences, lexical_index, lexical_scores
 
     page = ("# Connection pools\n\nA connection pool keeps database connections open for reuse. "
             "The pool hands out a connection when the application asks for one. "
@@ -310,9 +310,10 @@ def test_a_word_the_question_names_finds_its_sentence_among_sentences_on_the_sam
     assert r.answer.splitlines()[0] == ("The pessimistic approach emits a test statement at the start of each "
                                         "checkout, named pre-ping.")
     sentences = Sentences.of([page], embedder)
-    lexical = lexical_scores(sentences, [page], "What is the pre-ping of a pool?")
+    index = lexical_index(sentences, [page])
+    lexical = lexical_scores(index, "What is the pre-ping of a pool?")
     assert lexical.max() == 1.0 and lexical.min() >= 0.0
-    assert lexical_scores(sentences, [page], "Which whales did Ahab hunt?").tolist() == [0.0] * len(lexical)
+    assert lexical_scores(index, "Which whales did Ahab hunt?").tolist() == [0.0] * len(lexical)
 
 
 def test_a_directive_line_is_no_part_of_a_sentence_and_closing_markup_stays_with_its_sentence():
