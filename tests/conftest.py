@@ -18,6 +18,21 @@ def pytest_configure(config):
     if "CHUNKTREE_CACHE_DIR" not in os.environ:
         _TEMP_CACHE = tempfile.mkdtemp(prefix="chunktree-test-cache-")
         os.environ["CHUNKTREE_CACHE_DIR"] = _TEMP_CACHE
+    if getattr(config.option, "numprocesses", None) and not hasattr(config, "workerinput"):
+        _compile_kernels()
+
+
+def _compile_kernels():
+    """Compile the numba kernels once, in the process that starts the test workers and before it
+    starts them: a kernel with a signature compiles when its module is imported, so workers that
+    import it at once with an empty numba cache (a fresh clone) would each compile it again."""
+    import importlib
+    import pkgutil
+
+    import chunktree.kernels
+
+    for module in pkgutil.iter_modules(chunktree.kernels.__path__):
+        importlib.import_module(f"chunktree.kernels.{module.name}")
 
 
 def pytest_unconfigure(config):

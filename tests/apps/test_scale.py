@@ -1,8 +1,6 @@
 """chunktree scale: its measurements against independent references, its projections against a
 known power law, and the command end to end (report, plots, a clean stop at the budget)."""
 
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -127,11 +125,11 @@ def test_a_projection_from_uneven_growth_comes_with_its_range():
     assert got["low"] < got["n"] < got["high"]
 
 
-def test_scale_command_writes_the_report_and_plots_and_stops_at_the_budget(tmp_path):
+def test_scale_command_writes_the_report_and_plots_and_stops_at_the_budget(tmp_path, cli):
     pytest.importorskip("matplotlib")
     out = tmp_path / "report"
-    r = subprocess.run([sys.executable, "-m", "chunktree", "scale", "--sizes", "800", "1600", "3200", "--shape", "topics",
-                        "--topics", "16", "--time-budget", "0.01", "-o", str(out)], capture_output=True, text=True, timeout=300)
+    r = cli("scale", "--sizes", "800", "1600", "3200", "--shape", "topics", "--topics", "16", "--time-budget", "0.01",
+            "-o", out)
     assert r.returncode == 0, r.stderr
     doc = loads((out / "scale.json").read_text())
     assert doc["source"] == "synthetic (topics), 16 topics, float32"
