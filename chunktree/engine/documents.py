@@ -368,7 +368,9 @@ LOCK_FILES = frozenset({"package-lock.json", "npm-shrinkwrap.json", "yarn.lock",
                         "go.sum", "flake.lock", "podfile.lock", "mix.lock", "pubspec.lock"})
 # A word of prose: letters, inner apostrophes or hyphens, punctuation around it.
 _WORD = re.compile(r"[(\"'\[“‘]*[^\W\d_]+(?:['’-][^\W\d_]+)*[.,;:!?)\"'\]”’]*")
-_TAG = re.compile(r"<(?!!--)[^<>]{0,4096}>")  # a tag; a comment's text counts as text
+# A tag: an element's (a name, then attributes or the end), a declaration or a processing instruction;
+# a comment's text counts as text, and a link in angle brackets (<https://...>) is no tag.
+_TAG = re.compile(r"</?[A-Za-z][\w.:-]*(?:\s[^<>]{0,4096})?/?>|<![A-Za-z\[][^<>]{0,4096}>|<\?[^<>]{0,4096}>")
 _ENCODED = re.compile(r"[A-Za-z0-9+/]{40,}={0,2}")
 _JSON_STRING = re.compile(r'"(?:[^"\\\n]|\\.)*"')
 SAMPLE_CHARS = 1 << 16  # the prefix of a file that ``_asset`` judges
@@ -404,7 +406,7 @@ def _asset(name: str, text: str) -> str | None:
     if name.endswith((".rst", ".rst.txt")) and all(_RST_DIRECTIVE.match(line) for line in head.splitlines()):
         return "reStructuredText of directives alone, no prose (a stub whose text another file holds)"
     solid = max(1, len(head) - head.count(" ") - head.count("\n") - head.count("\t"))
-    if head.lstrip().startswith("<"):
+    if head.lstrip().startswith("<") and _TAG.search(head):
         outside = _TAG.sub(" ", head)
         words = sum(len(t) for t in outside.split() if _WORD.fullmatch(t))
         if words < 0.1 * solid:

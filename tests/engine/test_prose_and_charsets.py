@@ -80,6 +80,16 @@ def test_an_asset_is_read_when_named_or_chosen_by_a_glob(folder):
     assert sorted(d.source.rsplit("/", 1)[-1] for d in chosen) == ["guide.md", "logo.svg"]
 
 
+def test_a_link_in_angle_brackets_is_no_markup(tmp_path, caplog):
+    """A file that starts with "<" is judged as markup only when it holds tags: a Markdown link in
+    angle brackets is text (a small file is read whatever its share of words)."""
+    (tmp_path / "moved.md").write_text("<https://github.com/pallets/flask/blob/main/docs/changes.rst>\n",
+                                       encoding="utf-8")
+    with caplog.at_level(logging.WARNING):
+        (doc,) = read_paths([tmp_path])
+    assert doc.text.startswith("<https://github.com/") and "skipped" not in caplog.text
+
+
 @pytest.mark.parametrize("text, encoding, detected", [
     ("Le café était déjà fermé ; la façade, naïve, donnait sur la rue où l'on vendait des crêpes. " * 20,
      "latin-1", "cp1252"),
