@@ -62,6 +62,8 @@ LEXICAL_WEIGHT = 0.3
 _WRAPPED = re.compile(r"(?<!\n)\n(?![\n#>]|[*+\-•]\s|\d+[.)]\s)")
 _NOT_AN_END = re.compile(r"(?<=[\s/~`'\"(\[])\.(?=\w)|(?<=\s)\.(?=\s+[a-z])|!(?=\[)")
 _DIRECTIVE = re.compile(r"^[ \t]*\.\. [\w:-]+::[^\n]*", re.M)  # a reStructuredText directive's line
+_CODE_SPAN = re.compile(r"(?<!`)(`{1,2})(?!`)[^`\n]{1,200}?\1(?!`)")  # inline code or a role's text (not a fence)
+_END_MARK = re.compile(r"[.?!]")
 _PUNCTUATION, _CLOSERS = frozenset(".!?:;"), frozenset("*_`'\"”’)]»")  # an end mark, markup that closes
 
 
@@ -78,9 +80,11 @@ def split_sentences(text: str) -> list[tuple[int, int]]:
     spans: list[tuple[int, int]] = []
     # A dot that starts a word (".gz", "`.bashrc`", "the . builtin", ":attr:`.Pool`") and the "!" of
     # a Markdown image ("![a chart](c.png)") are not a sentence's end; they are hidden from pysbd
-    # behind a one-character stand-in, and a directive's line behind spaces, so the offsets stay
-    # those of ``text``.
+    # behind a one-character stand-in, as is an end mark inside inline code or a role's text
+    # (":doc:`What's New in 2.1? <whatsnew>`"), and a directive's line behind spaces, so the offsets
+    # stay those of ``text``.
     joined = _NOT_AN_END.sub("\u2024", _WRAPPED.sub(" ", text))
+    joined = _CODE_SPAN.sub(lambda m: _END_MARK.sub("\u2024", m.group(0)), joined)
     for m in _DIRECTIVE.finditer(text):
         joined = joined[:m.start()] + " " * (m.end() - m.start()) + joined[m.end():]
     for s in pysbd.Segmenter(language="en", clean=False, char_span=True).segment(joined):

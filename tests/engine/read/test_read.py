@@ -153,6 +153,18 @@ def test_a_dot_that_starts_a_name_in_code_or_markup_does_not_end_a_sentence():
                    "attribute on that.", "Run `.venv/bin/python` on the `.gz` file (\".tar\" too).", "It unpacks."]
 
 
+def test_an_end_mark_inside_inline_code_or_a_role_does_not_end_a_sentence():
+    """A "?" or "!" in a role's title or a code span is part of the name; after the span, it ends
+    the sentence as usual."""
+    from chunktree.engine.read.extractive import split_sentences
+
+    text = ("For the changes, see :doc:`What's New in SQLAlchemy 2.1? <changelog/whatsnew_21>` for details. "
+            "The ``re.match(r\"a?b!\")`` call matches. Run `make`! Done.")
+    got = [text[a:b] for a, b in split_sentences(text)]
+    assert got == ["For the changes, see :doc:`What's New in SQLAlchemy 2.1? <changelog/whatsnew_21>` for details.",
+                   "The ``re.match(r\"a?b!\")`` call matches.", "Run `make`!", "Done."]
+
+
 def test_the_extractive_answer_reads_whole_sentences_once(embedder):
     """Chunks as a real folder gives them: an reStructuredText title with its underline, list markers,
     hard-wrapped lines, overlapping chunks that share a sentence, the same sentence in two files, and
