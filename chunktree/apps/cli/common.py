@@ -15,6 +15,7 @@ from typing import Any
 from chunktree.checks import InvalidValueError
 from chunktree.engine.chunking import chunk_documents
 from chunktree.engine.documents import iter_documents, sample_documents
+from chunktree.engine.markup import shown
 from chunktree.engine.results import dumps
 
 
@@ -85,7 +86,8 @@ def interrupted(args: argparse.Namespace, how: str = "interrupted") -> str:
 
 
 def snippet(text: str, width: int = 100) -> str:
-    flat = " ".join(text.split())
+    """The start of ``text`` on one line, its links and roles as a rendered page shows them."""
+    flat = " ".join(shown(text).split())
     return flat[:width] + ("…" if len(flat) > width else "")
 
 
