@@ -107,6 +107,11 @@ _ADORNMENT = re.compile(r"([=\-~^*#_+`])\1{3,}")
 _LIST_MARKER = re.compile(r"^(?:[*+\-•]|\(?[0-9]{1,3}[.)]|\(?[a-zA-Z][.)])\s+")
 _ENDS_SENTENCE = re.compile(r"""[.!?:;]["'’”)\]]*$""")
 _WORD = re.compile(r"[^\W\d_]{2,}")
+# A man page's NAME line, under its NAME heading: the commands' names, a dash, what they do ("gzip,
+# gunzip, zcat - compress or expand files", "ssh — OpenSSH remote login client"). It reads on its
+# own, lower case and all.
+_NAME_LINE = re.compile(r"[a-z][\w.+-]*(?:,\s*[\w.+-]+)*\s+[-—–]\s+\w[^\n]*")
+_NAME_HEADING = re.compile(r"(?:^|\n)NAME\s*$")
 
 
 # Licence and copyright lines: boilerplate, quoted only when the query asks about them.
@@ -124,10 +129,12 @@ MAX_LIST_CHARS = 1500  # the most of a list that a sentence introducing it carri
 _OPTION_HEAD = re.compile(r"-{1,2}[A-Za-z0-9?]")
 
 
-def quotable(sentence: str, last: bool, boilerplate: bool = False) -> bool:
+def quotable(sentence: str, last: bool, boilerplate: bool = False, named: bool = False) -> bool:
     """Whether a sentence reads on its own: at least three words, no heading underline or rule, not a
-    heading-like fragment (under eight words without an end mark), not the tail of a sentence (it
-    starts in lower case, as one cut by its chunk's start or split at an abbreviation does), not
+    heading-like fragment (under eight words without an end mark) unless it is a man page's NAME
+    line (``_NAME_LINE``; ``named``: it comes right after the NAME heading), not the tail of a
+    sentence (it starts in lower case, as one cut by its chunk's start or split at an abbreviation
+    does), not
     cut by its chunk's end (the chunk's ``last`` sentence without an end mark), no hole where a
     reader lost inline code (``_GAP``), and not licence or copyright boilerplate unless
     ``boilerplate``."""
@@ -136,6 +143,8 @@ def quotable(sentence: str, last: bool, boilerplate: bool = False) -> bool:
         return False
     if _GAP.search(body) or (not boilerplate and _BOILERPLATE.search(body)):
         return False
+    if named and _NAME_LINE.fullmatch(body):
+        return True
     ended = bool(_ENDS_SENTENCE.search(body))
     if not ended and (last or len(body.split()) < 8):
         return False
@@ -227,7 +236,8 @@ class Sentences:
             k, before_quoted = 0, True  # whether the sentence before the k-th was quoted
             while k < len(found):
                 a, b = found[k]
-                if quotable(text[a:b], last=k == len(found) - 1, boilerplate=boilerplate):
+                if quotable(text[a:b], last=k == len(found) - 1, boilerplate=boilerplate,
+                            named=bool(_NAME_HEADING.search(text, 0, a))):
                     own = (a, b)  # the sentence's own words: the tag or list it carries is not scored
                     if text[a:b].endswith(":"):
                         b = list_after(text, b)

@@ -165,6 +165,18 @@ def test_an_end_mark_inside_inline_code_or_a_role_does_not_end_a_sentence():
                    "The ``re.match(r\"a?b!\")`` call matches.", "Run `make`!", "Done."]
 
 
+def test_a_man_pages_name_line_is_quoted_and_a_like_fragment_elsewhere_is_not(embedder):
+    """The NAME line ("gzip, gunzip, zcat - compress or expand files") is a man page's own summary:
+    lower case and without an end mark, it is still quoted, only under the NAME heading."""
+    page = ("GZIP(1)\n\nNAME\n\ngzip, gunzip, zcat - compress or expand files\n\nSYNOPSIS\n\ngzip [ -cdfhklLnNrtvV19 ] "
+            "[ name ... ]\n\nDESCRIPTION\n\nGzip reduces the size of the named files using Lempel-Ziv coding.\n")
+    notes = "See also:\n\ngzip_levels - compress files faster or smaller\n"
+    chunks = [Chunk(id=i, text=t, source=f"{i}.txt", index=0, start=0, end=len(t)) for i, t in enumerate((page, notes))]
+    answer = read(chunks, "What does gzip do to files?", embedder=embedder, memory_tokens=200).answer.splitlines()
+    assert "gzip, gunzip, zcat - compress or expand files" in answer
+    assert not any("gzip_levels" in line for line in answer)
+
+
 def test_the_extractive_answer_reads_whole_sentences_once(embedder):
     """Chunks as a real folder gives them: an reStructuredText title with its underline, list markers,
     hard-wrapped lines, overlapping chunks that share a sentence, the same sentence in two files, and
