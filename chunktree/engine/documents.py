@@ -335,6 +335,9 @@ def _read(path: Path, left: int, budget: int, in_folder: bool, assets: bool = Fa
     if kind == "jsonl":
         return _read_jsonl(source, text.splitlines()), len(data)
     if kind == "html":
+        if assets and (tag := _TEMPLATE_TAG.search(_HTML_CODE.sub(" ", text[:SAMPLE_CHARS]))):
+            raise NotProse(f"{path}: a template (Jinja or Django tags outside code, such as {tag.group(0)[:40]!r}): "
+                           "the pages made from it are read, not the template")
         return [_read_html(path, text)], len(data)
     if kind == "notebook":
         notebook = _read_notebook(path, text)
@@ -987,6 +990,13 @@ def _unescaped(markdown: str) -> str:
     return "\n".join(lines)
 
 
+_BODY = re.compile(r"<body[\s>]", re.IGNORECASE)
+# A template's tag (Jinja, Django, Liquid: "{% block content %}", "{{ page.title }}"), looked for
+# outside the page's code, where documentation about templates shows them.
+_TEMPLATE_TAG = re.compile(r"\{%-?\s*\w[^{}]{0,200}?%\}|\{\{-?\s*[\w.|()' \"]{1,200}\}\}")
+_HTML_CODE = re.compile(r"<(pre|code|script|textarea)\b.*?</\1\s*>", re.IGNORECASE | re.DOTALL)
+
+
 def _read_html(path: Path, html: str) -> Document:
     """The page's main content as Markdown (trafilatura, leaning to recall): navigation, headers and
     footers left out, block elements on lines of their own, headings as ``#`` lines, emphasis as
@@ -998,12 +1008,14 @@ def _read_html(path: Path, html: str) -> Document:
                                 f"failed ({' '.join(str(exc).split())}): pip install trafilatura lxml_html_clean"
                                 ) from exc
 
+    if not _BODY.search(html):  # a fragment (<p>...</p>): trafilatura reads a page's body only
+        html = f"<html><body>{html}</body></html>"
     text = trafilatura.extract(html, output_format="markdown", include_formatting=True, include_tables=True,
                                include_links=False, include_images=False, include_comments=False,
                                favor_recall=True, prune_xpath=_HTML_NAVIGATION)
     text = None if text is None else _unescaped(text)
     if text is None or not text.strip():
-        raise DocumentError(f"{path}: HTML page has no visible text")
+        raise NotText(f"{path}: HTML page has no visible text")
     return _text_document(_shown(path), text, "markdown")
 
 

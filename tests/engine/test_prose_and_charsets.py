@@ -90,6 +90,30 @@ def test_a_link_in_angle_brackets_is_no_markup(tmp_path, caplog):
     assert doc.text.startswith("<https://github.com/") and "skipped" not in caplog.text
 
 
+def test_html_fragments_are_read_and_templates_and_pages_without_text_are_skipped_by_name(tmp_path, caplog):
+    """A fragment (no <body>) is a page's text; a Jinja template is no page (its tags outside code),
+    while a page that shows template code in <pre> is one; a page without visible text in a folder
+    is skipped and named, not the end of the run."""
+    (tmp_path / "note.html").write_text("<p>Bread needs an hour to rise in a warm kitchen.</p>\n", encoding="utf-8")
+    (tmp_path / "layout.html").write_text('{% extends "base.html" %}\n{% block content %}<h1>{{ page.title }}</h1>'
+                                          "{% endblock %}\n", encoding="utf-8")
+    (tmp_path / "jinja-docs.html").write_text("<html><body><h1>Loops</h1><p>A loop repeats a block for each item of a "
+                                              "list.</p><pre>{% for user in users %}{{ user.name }}{% endfor %}</pre>"
+                                              "</body></html>", encoding="utf-8")
+    (tmp_path / "redirect.html").write_text("<html><head><script>location.href='x.html'</script></head><body></body>"
+                                            "</html>", encoding="utf-8")
+    with caplog.at_level(logging.WARNING):
+        docs = {d.source.rsplit("/", 1)[-1]: d.text for d in read_paths([tmp_path])}
+    assert sorted(docs) == ["jinja-docs.html", "note.html"]
+    assert docs["note.html"] == "Bread needs an hour to rise in a warm kitchen."
+    assert "{% for user in users %}" in docs["jinja-docs.html"]
+    assert "layout.html: a template (Jinja or Django tags outside code, such as '{% extends \"base.html\" %}')" \
+        in caplog.text
+    assert "redirect.html: HTML page has no visible text" in caplog.text
+    (layout,) = read_file(tmp_path / "layout.html")  # named, it is read as the page it is
+    assert "{{ page.title }}" in layout.text
+
+
 @pytest.mark.parametrize("text, encoding, detected", [
     ("Le café était déjà fermé ; la façade, naïve, donnait sur la rue où l'on vendait des crêpes. " * 20,
      "latin-1", "cp1252"),

@@ -86,6 +86,9 @@ def main(argv: list[str] | None = None) -> int:
         return int(exc.code or 0)
     logging.basicConfig(level=logging.INFO if args.verbose else logging.WARNING,
                         format="%(levelname)s %(name)s: %(message)s")
+    # trafilatura warns of its own fallbacks on a page ("readability_lxml failed"); what matters to the
+    # user, a page without text, chunktree reports itself.
+    logging.getLogger("trafilatura").setLevel(logging.INFO if args.verbose else logging.ERROR)
     with _terminable(args.command):
         try:
             code = int(args.func(args) or 0)
