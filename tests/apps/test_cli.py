@@ -176,7 +176,7 @@ def test_select_text_summary(tmp_path, cli, corpus):
     assert r.stdout.count("cluster ") >= 2 and "distance " in r.stdout
 
 
-def test_the_preview_shows_links_and_roles_as_the_page_does_and_json_keeps_the_text(tmp_path, cli):
+def test_the_preview_shows_the_text_as_the_page_does_and_json_keeps_it_as_written(tmp_path, cli):
     (tmp_path / "guide.md").write_text("Read [the pooling guide](pool.md) and {func}`attrs.define` before you start.\n",
                                        encoding="utf-8")
     r = cli("select", tmp_path, "-k", "1", "--no-cache")
@@ -184,6 +184,11 @@ def test_the_preview_shows_links_and_roles_as_the_page_does_and_json_keeps_the_t
     assert "Read the pooling guide and `attrs.define` before you start." in r.stdout and "](pool.md)" not in r.stdout
     r = cli("select", tmp_path, "-k", "1", "--no-cache", "--format", "json")
     assert "[the pooling guide](pool.md)" in r.stdout  # the chunk's text as written: its offsets index the file
+    (tmp_path / "fixtures.rst").write_text(":orphan:\n\n.. _yield:\n\nYield fixtures\n==============\n\n"
+                                           ".. code-block:: python\n\n    yield conn\n\nThe code after *yield* "
+                                           "runs at teardown.\n", encoding="utf-8")
+    r = cli("order", tmp_path, "--no-cache")
+    assert "Yield fixtures yield conn The code after yield runs at teardown." in r.stdout
 
 
 def test_select_on_three_subjects_with_k_2_hints_at_more_and_coverage_names_the_centre(cli):

@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -85,9 +86,15 @@ def interrupted(args: argparse.Namespace, how: str = "interrupted") -> str:
     return line + f"; the {kept} vector(s) embedded are kept in the cache {cache.path}: the same command resumes from them"
 
 
+# Lines a rendered page does not show: a heading's underline or a rule, a reStructuredText directive
+# or comment (".. code-block:: python", ".. _label:"), a field of the page (":orphan:").
+_UNSHOWN_LINE = re.compile(r"[ \t]*(?:([=\-~^*#_+`:.'\"])\1{3,}|\.\. [^\n]*|:[\w-]+:)[ \t]*$", re.M)
+
+
 def snippet(text: str, width: int = 100) -> str:
-    """The start of ``text`` on one line, its links and roles as a rendered page shows them."""
-    flat = " ".join(shown(text).split())
+    """The start of ``text`` on one line as a rendered page shows it: links, roles and emphasis as
+    text, without heading underlines, directives and comments."""
+    flat = " ".join(shown(_UNSHOWN_LINE.sub("", text)).split())
     return flat[:width] + ("…" if len(flat) > width else "")
 
 
