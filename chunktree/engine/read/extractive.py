@@ -62,33 +62,47 @@ LEXICAL_WEIGHT = 0.3
 _WRAPPED = re.compile(r"(?<!\n)\n(?![\n#>]|[*+\-•]\s|\d+[.)]\s)")
 _NOT_AN_END = re.compile(r"(?<=[\s/~`'\"(\[])\.(?=\w)|(?<=\s)\.(?=\s+[a-z])|!(?=\[)")
 _DIRECTIVE = re.compile(r"^[ \t]*\.\. [\w:-]+::[^\n]*", re.M)  # a reStructuredText directive's line
+_FENCE_LINE = re.compile(r"^[ \t]*(?:```|~~~)[^\n]*", re.M)  # a Markdown code block's fence line
+_LIST_NUMBER = re.compile(r"^([ \t]*\(?(?:\d{1,3}|[a-zA-Z]))\.(?=[ \t])", re.M)  # "1. an item", "a. an item"
 _CODE_SPAN = re.compile(r"(?<!`)(`{1,2})(?!`)[^`\n]{1,200}?\1(?!`)")  # inline code or a role's text (not a fence)
 _END_MARK = re.compile(r"[.?!]")
 _PUNCTUATION, _CLOSERS = frozenset(".!?:;"), frozenset("*_`'\"”’)]»")  # an end mark, markup that closes
 
 
 def split_sentences(text: str) -> list[tuple[int, int]]:
-    """(start, end) character spans of the sentences of ``text`` (pysbd), whitespace trimmed.
+    """(start, end) character spans of the sentences of ``text`` (sentencex), whitespace trimmed.
 
-    pysbd ends a sentence at every line break, so hard-wrapped lines are joined first (each such
-    break read as a space: the offsets stay those of ``text``), and at a dot that starts a word
-    (a file's extension) or an image's "!", which it is not shown. A reStructuredText directive's
-    line (``.. warning::``) is no part of a sentence, and a sentence keeps the markup that closes
-    right after its end (``**Do not run it in production.**``)."""
-    import pysbd
+    A line break ends a sentence, except inside a paragraph: hard-wrapped lines are joined first
+    (each such break read as a space: the offsets stay those of ``text``). A Markdown code block is
+    one sentence from its opening fence to its closing one. A dot that starts a word (a file's
+    extension), an image's "!" and a list item's number ("1.") are no sentence's end. A
+    reStructuredText directive's line (``.. warning::``) is no part of a sentence, and a sentence
+    keeps the markup that closes right after its end (``**Do not run it in production.**``)."""
+    import sentencex
 
     spans: list[tuple[int, int]] = []
-    # A dot that starts a word (".gz", "`.bashrc`", "the . builtin", ":attr:`.Pool`") and the "!" of
-    # a Markdown image ("![a chart](c.png)") are not a sentence's end; they are hidden from pysbd
-    # behind a one-character stand-in, as is an end mark inside inline code or a role's text
-    # (":doc:`What's New in 2.1? <whatsnew>`"), and a directive's line behind spaces, so the offsets
-    # stay those of ``text``.
-    joined = _NOT_AN_END.sub("\u2024", _WRAPPED.sub(" ", text))
-    joined = _CODE_SPAN.sub(lambda m: _END_MARK.sub("\u2024", m.group(0)), joined)
+    # A dot that starts a word (".gz", "`.bashrc`", "the . builtin", ":attr:`.Pool`"), the "!" of a
+    # Markdown image ("![a chart](c.png)") and a list item's dot are not a sentence's end; they are
+    # hidden from sentencex behind a one-character stand-in, as is an end mark inside inline code or
+    # a role's text (":doc:`What's New in 2.1? <whatsnew>`"), and a directive's line behind spaces,
+    # so the offsets stay those of ``text``.
+    joined = _NOT_AN_END.sub("_", _WRAPPED.sub(" ", text))
+    joined = _LIST_NUMBER.sub(r"\1_", _CODE_SPAN.sub(lambda m: _END_MARK.sub("_", m.group(0)), joined))
+    chars = list(joined)
     for m in _DIRECTIVE.finditer(text):
-        joined = joined[:m.start()] + " " * (m.end() - m.start()) + joined[m.end():]
-    for s in pysbd.Segmenter(language="en", clean=False, char_span=True).segment(joined):
-        start, end = max(s.start, spans[-1][1] if spans else 0), s.end
+        chars[m.start():m.end()] = " " * (m.end() - m.start())
+    for k, m in enumerate(_FENCE_LINE.finditer(text)):  # a code block's lines are one sentence, up to its end
+        for at in (m.start() - 1, m.end()) if k % 2 else (m.start() - 1,):  # the line breaks around a closing fence
+            if 0 <= at < len(text):
+                chars[at] = text[at]
+    joined = "".join(chars)
+    pieces, offset = [], 0
+    for line in joined.splitlines(keepends=True):  # a line break left after the joining ends a sentence
+        for piece in sentencex.segment("en", line):  # the pieces partition the line
+            pieces.append((offset, offset + len(piece)))
+            offset += len(piece)
+    for start, end in pieces:
+        start = max(start, spans[-1][1] if spans else 0)
         if text[end - 1:end] in _PUNCTUATION or text[end - 1:end] in _CLOSERS:
             while end < len(text) and text[end] in _CLOSERS:
                 end += 1
