@@ -8,7 +8,7 @@ the embedder's tokenizer (``Tokens``), with chunktree's convention (special toke
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from chunktree.checks import InvalidValueError, json_loads
@@ -30,10 +30,11 @@ class Step:
     memory: dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self, memory: bool = True) -> dict[str, Any]:
-        d = asdict(self)
-        if not memory:
-            del d["memory"]
-        return d
+        if memory:
+            return asdict(self)
+        # asdict would copy every step's memory deeply only to drop it
+        return {f.name: list(self.chunks) if f.name == "chunks" else getattr(self, f.name)
+                for f in fields(self) if f.name != "memory"}
 
 
 def empty_memory() -> dict[str, Any]:
