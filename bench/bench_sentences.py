@@ -1,6 +1,6 @@
 """Sentence splitting for the extractive reader: ``split_sentences`` (sentencex, with the reader's
-own rules for wrapped lines, code and markup) against pysbd, the splitter it replaced, on the same
-chunks in the same run (pysbd from the bench extra).
+own rules for wrapped lines, code and markup) against pysbd, a rule-based splitter in pure Python,
+on the same chunks in the same run (pysbd from the bench extra).
 
     python -m pytest bench/bench_sentences.py
 

@@ -29,7 +29,7 @@ CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "avx_vnni", "avx51
 # The libraries whose versions a figure depends on; those not installed are left out.
 PACKAGES = ("chunktree", "numpy", "numba", "scipy", "onnxruntime", "openvino", "tokenizers", "faiss-cpu",
             "scikit-learn", "pynndescent", "networkx", "torch", "sentence-transformers", "fastembed", "ray",
-            "starlette", "uvicorn", "semantic-text-splitter")
+            "starlette", "uvicorn", "semantic-text-splitter", "sentencex", "pysbd")
 
 
 def machine() -> dict[str, Any]:
