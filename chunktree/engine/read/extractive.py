@@ -63,6 +63,7 @@ _WRAPPED = re.compile(r"(?<!\n)\n(?![\n#>]|[*+\-•]\s|\d+[.)]\s)")
 _NOT_AN_END = re.compile(r"(?<=[\s/~`'\"(\[])\.(?=\w)|(?<=\s)\.(?=\s+[a-z])|!(?=\[)")
 _DIRECTIVE = re.compile(r"^[ \t]*\.\. [\w:-]+::[^\n]*", re.M)  # a reStructuredText directive's line
 _FENCE_LINE = re.compile(r"^[ \t]*(?:```|~~~)[^\n]*", re.M)  # a Markdown code block's fence line
+_CLOSED_ASIDE = re.compile(r"(?<=[.!?]\)\s)(?=[A-Z])")  # after "(A sentence of its own.) ", before the next
 _LIST_NUMBER = re.compile(r"^([ \t]*\(?(?:\d{1,3}|[a-zA-Z]))\.(?=[ \t])", re.M)  # "1. an item", "a. an item"
 _CODE_SPAN = re.compile(r"(?<!`)(`{1,2})(?!`)[^`\n]{1,200}?\1(?!`)")  # inline code or a role's text (not a fence)
 _END_MARK = re.compile(r"[.?!]")
@@ -73,11 +74,12 @@ def split_sentences(text: str) -> list[tuple[int, int]]:
     """(start, end) character spans of the sentences of ``text`` (sentencex), whitespace trimmed.
 
     A line break ends a sentence, except inside a paragraph: hard-wrapped lines are joined first
-    (each such break read as a space: the offsets stay those of ``text``). A Markdown code block is
-    one sentence from its opening fence to its closing one. A dot that starts a word (a file's
-    extension), an image's "!" and a list item's number ("1.") are no sentence's end. A
-    reStructuredText directive's line (``.. warning::``) is no part of a sentence, and a sentence
-    keeps the markup that closes right after its end (``**Do not run it in production.**``)."""
+    (each such break read as a space: the offsets stay those of ``text``). A sentence in a Markdown
+    code block ends at its closing fence at the latest, and one in brackets where they close ("(See
+    the FAQ.) Then ..."). A dot that starts a word (a file's extension), an image's "!" and a list
+    item's number ("1.") are no sentence's end. A reStructuredText directive's line (``..
+    warning::``) is no part of a sentence, and a sentence keeps the markup that closes right after
+    its end (``**Do not run it in production.**``)."""
     import sentencex
 
     spans: list[tuple[int, int]] = []
@@ -91,16 +93,17 @@ def split_sentences(text: str) -> list[tuple[int, int]]:
     chars = list(joined)
     for m in _DIRECTIVE.finditer(text):
         chars[m.start():m.end()] = " " * (m.end() - m.start())
-    for k, m in enumerate(_FENCE_LINE.finditer(text)):  # a code block's lines are one sentence, up to its end
+    for k, m in enumerate(_FENCE_LINE.finditer(text)):  # a code block's lines are one paragraph, up to its end
         for at in (m.start() - 1, m.end()) if k % 2 else (m.start() - 1,):  # the line breaks around a closing fence
             if 0 <= at < len(text):
                 chars[at] = text[at]
     joined = "".join(chars)
     pieces, offset = [], 0
     for line in joined.splitlines(keepends=True):  # a line break left after the joining ends a sentence
-        for piece in sentencex.segment("en", line):  # the pieces partition the line
-            pieces.append((offset, offset + len(piece)))
-            offset += len(piece)
+        for part in _CLOSED_ASIDE.split(line):  # so does a sentence in brackets: "(See the FAQ.) Then"
+            for piece in sentencex.segment("en", part):  # the pieces partition the line
+                pieces.append((offset, offset + len(piece)))
+                offset += len(piece)
     for start, end in pieces:
         start = max(start, spans[-1][1] if spans else 0)
         if text[end - 1:end] in _PUNCTUATION or text[end - 1:end] in _CLOSERS:

@@ -165,6 +165,16 @@ def test_an_end_mark_inside_inline_code_or_a_role_does_not_end_a_sentence():
                    "The ``re.match(r\"a?b!\")`` call matches.", "Run `make`!", "Done."]
 
 
+def test_a_sentence_in_brackets_ends_where_they_close_and_a_code_block_is_one_sentence():
+    from chunktree.engine.read.extractive import split_sentences
+
+    text = ("(Search tools do not exist in print.) The second reason is teaching. Run it (e.g. now.) and stop.\n\n"
+            "```console\n$ make test\nran 3 tests.\n```\nThat is all.")
+    assert [text[a:b] for a, b in split_sentences(text)] == [
+        "(Search tools do not exist in print.)", "The second reason is teaching.", "Run it (e.g. now.) and stop.",
+        "```console\n$ make test\nran 3 tests.", "```", "That is all."]
+
+
 def test_a_man_pages_name_line_is_quoted_and_a_like_fragment_elsewhere_is_not(embedder):
     """The NAME line ("gzip, gunzip, zcat - compress or expand files") is a man page's own summary:
     lower case and without an end mark, it is still quoted, only under the NAME heading."""
