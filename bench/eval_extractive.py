@@ -87,8 +87,9 @@ def _flat(text: str) -> str:
 
 def _sentence_at(context: str, start: int) -> str:
     """The sentence of ``context`` that holds the character ``start``: from the last sentence end
-    before it to the next one."""
-    ends = [m.end() for m in re.finditer(r"[.!?](?=\s+[A-Z0-9\"'(])", context)]
+    before it to the next one (an end mark, with the quotes or brackets that close after it, before
+    a space and a capital, a digit, a quote or a bracket)."""
+    ends = [m.end() for m in re.finditer(r"[.!?][\"'”’)\]]*(?=\s+[A-Z0-9\"'“‘(])", context)]
     begin = max([e for e in ends if e <= start], default=0)
     end = min([e for e in ends if e > start], default=len(context))
     return _flat(context[begin:end])
