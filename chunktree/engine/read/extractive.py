@@ -151,9 +151,8 @@ def quotable(sentence: str, last: bool, boilerplate: bool = False, named: bool =
     heading-like fragment (under eight words without an end mark) unless it is a man page's NAME
     line (``_NAME_LINE``; ``named``: it comes right after the NAME heading), not the tail of a
     sentence (it starts in lower case, as one cut by its chunk's start or split at an abbreviation
-    does), not
-    cut by its chunk's end (the chunk's ``last`` sentence without an end mark), no hole where a
-    reader lost inline code (``_GAP``), and not licence or copyright boilerplate unless
+    does), not cut by its chunk's end (the chunk's ``last`` sentence without an end mark), no hole
+    where a reader lost inline code (``_GAP``), and not licence or copyright boilerplate unless
     ``boilerplate``."""
     body = _LIST_MARKER.sub("", shown(sentence).strip())
     if len(_WORD.findall(body)) < 3 or _ADORNMENT.search(body) or body.startswith("#"):
@@ -254,7 +253,7 @@ class Sentences:
             while k < len(found):
                 a, b = found[k]
                 if quotable(text[a:b], last=k == len(found) - 1, boilerplate=boilerplate,
-                            named=bool(_NAME_HEADING.search(text, 0, a))):
+                            named=bool(_NAME_HEADING.search(text, max(0, a - 40), a))):
                     own = (a, b)  # the sentence's own words: the tag or list it carries is not scored
                     if text[a:b].endswith(":"):
                         b = list_after(text, b)
