@@ -140,6 +140,8 @@ def test_sentences_run_across_hard_line_breaks_but_not_across_paragraphs_or_head
     assert got == ["# Why a loaf does not rise", "A loaf that stays flat was proofed wrongly.",
                    "Under-proofed dough has\nnot made enough gas and tears open.", "A weak starter slows it down.",
                    "- a list item", "1. a numbered one"]
+    windows = text.replace("\n", "\r\n")  # a Windows text file's line breaks
+    assert [windows[a:b] for a, b in split_sentences(windows)] == [s.replace("\n", "\r\n") for s in got]
 
 
 def test_a_dot_that_starts_a_name_in_code_or_markup_does_not_end_a_sentence():
