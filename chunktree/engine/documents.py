@@ -852,6 +852,7 @@ def _read_pdf(path: Path, data: bytes) -> Document:
                       "or decrypt it first") from None
     except (PyPdfError, ValueError, KeyError, TypeError, RecursionError) as exc:
         raise DocumentError(f"{path}: not a readable PDF ({exc})") from None
+    pages = [page.translate(_LIGATURES) for page in pages]
     parts, starts, offset = [], [], 0
     for page_text in _dehyphenated([_LEADERS.sub("", page) for page in _without_running_lines(pages)]):
         starts.append(offset)
@@ -863,6 +864,10 @@ def _read_pdf(path: Path, data: bytes) -> Document:
     return Document(_shown(path), text, "text", page_starts=tuple(starts))
 
 
+# A typeset ligature as its letters ("ﬁles" as "files"): a PDF's text holds the glyph, which the
+# tokenizer does not know as the letters and a question's words do not match.
+_LIGATURES = str.maketrans({"\ufb00": "ff", "\ufb01": "fi", "\ufb02": "fl", "\ufb03": "ffi", "\ufb04": "ffl",
+                            "\ufb05": "st", "\ufb06": "st"})
 _NUMBER_AT_END = re.compile(r"^(\d{1,5})\b|\b(\d{1,5})$")
 # A line of a table of contents or an index: dot leaders, then page numbers ("Invoking gzip . . . 4")
 _LEADERS = re.compile(r"^.*(?: ?\.){4,}[ \t]*(?:\d{1,5}|[ivxlc]{1,7})(?:, ?\d{1,5})*[ \t]*\n?", re.M)
