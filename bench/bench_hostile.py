@@ -80,7 +80,7 @@ async def _slow_client(port, body, stop, counts):
                 await writer.drain()
                 try:
                     answer = await asyncio.wait_for(reader.read(200), 1.0)
-                except asyncio.TimeoutError:
+                except TimeoutError:
                     continue
                 if answer:
                     counts[answer.split(b" ", 2)[1].decode()] += 1

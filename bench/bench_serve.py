@@ -179,7 +179,7 @@ async def post_raw(port, body, *, hang_up_after=None, timeout=300.0):
     try:
         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), hang_up_after or timeout)
         return int(head.split()[1]), time.perf_counter() - t
-    except asyncio.TimeoutError:
+    except TimeoutError:
         return None, time.perf_counter() - t
     finally:
         writer.close()

@@ -109,7 +109,7 @@ def write(name: str, title: str, command: str, summary: list[str], results: dict
     variant = "".join(f"--{k.removeprefix('CHUNKTREE_BENCH_').lower()}-{v}" for k, v in settings.items())
     doc = {"suite": name, "variant": variant.lstrip("-"), "title": title,
            "command": " ".join([*(f"{k}={v}" for k, v in settings.items()), command]),
-           "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+           "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC"),
            **commit(name), "machine": machine(), "versions": versions(), "summary": summary,
            "results": jsonable(results)}
     RESULTS_DIR.mkdir(exist_ok=True)
