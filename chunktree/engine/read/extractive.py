@@ -60,7 +60,7 @@ LEXICAL_WEIGHT = 0.3
 # A line break inside a paragraph (hard-wrapped text): not a sentence end. A break before a blank
 # line, a heading, a quote or a list item is left as it is.
 _WRAPPED = re.compile(r"(?<![\n\r])\r?\n(?![\r\n#>]|[*+\-•]\s|\d+[.)]\s)")  # "\r\n" too (Windows text)
-_NOT_AN_END = re.compile(r"(?<=[\s/~`'\"(\[])\.(?=\w)|(?<=\s)\.(?=\s+[a-z])|!(?=\[)")
+_NOT_AN_END = re.compile(r"(?<=[\s/~`'\"(\[])\.(?=\w)|(?<=\s)\.(?=\s+[a-z])|\.(?=_+[^\W_])|!(?=\[)")
 _DIRECTIVE = re.compile(r"^[ \t]*\.\. [\w:-]+::[^\n]*", re.M)  # a reStructuredText directive's line
 _FENCE_LINE = re.compile(r"^[ \t]*(?:```|~~~)[^\n]*", re.M)  # a Markdown code block's fence line
 _CLOSED_ASIDE = re.compile(r"(?<=[.!?]\)\s)(?=[A-Z])")  # after "(A sentence of its own.) ", before the next
@@ -83,11 +83,11 @@ def split_sentences(text: str) -> list[tuple[int, int]]:
     import sentencex
 
     spans: list[tuple[int, int]] = []
-    # A dot that starts a word (".gz", "`.bashrc`", "the . builtin", ":attr:`.Pool`"), the "!" of a
-    # Markdown image ("![a chart](c.png)") and a list item's dot are not a sentence's end; they are
-    # hidden from sentencex behind a one-character stand-in, as is an end mark inside inline code or
-    # a role's text (":doc:`What's New in 2.1? <whatsnew>`"), and a directive's line behind spaces,
-    # so the offsets stay those of ``text``.
+    # A dot that starts a word (".gz", "`.bashrc`", "the . builtin", ":attr:`.Pool`", "self._cache"),
+    # the "!" of a Markdown image ("![a chart](c.png)") and a list item's dot are not a sentence's
+    # end; they are hidden from sentencex behind a one-character stand-in, as is an end mark inside
+    # inline code or a role's text (":doc:`What's New in 2.1? <whatsnew>`"), and a directive's line
+    # behind spaces, so the offsets stay those of ``text``.
     joined = _NOT_AN_END.sub("_", _WRAPPED.sub(lambda m: " " * len(m.group(0)), text))
     joined = _LIST_NUMBER.sub(r"\1_", _CODE_SPAN.sub(lambda m: _END_MARK.sub("_", m.group(0)), joined))
     chars = list(joined)

@@ -145,14 +145,17 @@ def test_sentences_run_across_hard_line_breaks_but_not_across_paragraphs_or_head
 
 
 def test_a_dot_that_starts_a_name_in_code_or_markup_does_not_end_a_sentence():
-    """``.venv``, ``.gz`` and reStructuredText's ``:attr:`.Pool``` are names, not sentence ends."""
+    """``.venv``, ``.gz``, reStructuredText's ``:attr:`.Pool``` and Python's ``types.__all__`` are
+    names, not sentence ends."""
     from chunktree.engine.read.extractive import split_sentences
 
     text = ("For the driver's own connection, call the\n:attr:`.PoolProxiedConnection.dbapi_connection` attribute "
-            "on that. Run `.venv/bin/python` on the `.gz` file (\".tar\" too). It unpacks.")
+            "on that. Run `.venv/bin/python` on the `.gz` file (\".tar\" too). It unpacks. Added BIGINT to "
+            "types.__all__ and cleared self._cache too.")
     got = [text[a:b] for a, b in split_sentences(text)]
     assert got == ["For the driver's own connection, call the\n:attr:`.PoolProxiedConnection.dbapi_connection` "
-                   "attribute on that.", "Run `.venv/bin/python` on the `.gz` file (\".tar\" too).", "It unpacks."]
+                   "attribute on that.", "Run `.venv/bin/python` on the `.gz` file (\".tar\" too).", "It unpacks.",
+                   "Added BIGINT to types.__all__ and cleared self._cache too."]
 
 
 def test_an_end_mark_inside_inline_code_or_a_role_does_not_end_a_sentence():
